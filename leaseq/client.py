@@ -1,0 +1,506 @@
+# Generated from leaseq/client_async.py by tools/gen_sync.py. Do not edit by hand:
+# change the async source and run `python tools/gen_sync.py`.
+"""Client: the synchronous twin of AsyncClient, with the same methods and meanings.
+
+Generated from ``leaseq/client_async.py``; see that file for the logic.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg import Connection
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from leaseq import validate
+from leaseq.dsn import describe_dsn, resolve_dsn
+from leaseq.errors import ConfigError, DatabaseUnavailable, SchemaError
+from leaseq.models import (
+    Failure,
+    Heartbeat,
+    Job,
+    JobEvent,
+    JobSpec,
+    Lease,
+    QueueStats,
+    SweepResult,
+    event_from_row,
+    job_from_row,
+    lease_from_row,
+    stats_from_row,
+)
+from leaseq.retry import RetryPolicy
+from leaseq.sql import Queries, check_schema_name, latest_version, migrations
+from leaseq.states import JobStatus, decide_failure
+
+Row = tuple[Any, ...]
+
+
+def notify_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema; the payload of each notification is a queue."""
+    return f"leaseq.{schema}"
+
+
+def _fence_arrays(leases: Sequence[Lease]) -> dict[str, list[Any]]:
+    return {
+        "ids": [lease.job_id for lease in leases],
+        "owners": [lease.owner for lease in leases],
+        "tokens": [lease.token for lease in leases],
+    }
+
+
+def _spec(job: JobSpec | Mapping[str, Any]) -> JobSpec:
+    return job if isinstance(job, JobSpec) else JobSpec(**job)
+
+
+class Client:
+    """Talks to one leaseq schema. Cheap to create; connects on first use.
+
+    ``dsn`` falls back to ``LEASEQ_DSN`` and then to the embedded PostgreSQL.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "leaseq",
+        pool_size: int = 10,
+        retry_policy: RetryPolicy | None = None,
+        payload_limit: int = validate.DEFAULT_PAYLOAD_LIMIT,
+        application_name: str = "leaseq",
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        self.queries = Queries(schema)
+        self.channel = notify_channel(schema)
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.payload_limit = validate.check_int("payload_limit", payload_limit, 2, 256 << 20)
+        self._pool_size = validate.check_int("pool_size", pool_size, 1, 1000)
+        self._dsn_arg = dsn
+        self._dsn: str | None = None
+        self._application_name = application_name
+        self._pool: ConnectionPool[Connection[TupleRow]] | None = None
+        self._lock = threading.Lock()
+
+    # -- connections ------------------------------------------------------------------
+
+    def dsn(self) -> str:
+        """The DSN in use (resolving it, and starting the embedded server, if needed)."""
+        if self._dsn is None:
+            self._dsn = resolve_dsn(self._dsn_arg)
+        return self._dsn
+
+    def connect(self, **kwargs: Any) -> Connection[TupleRow]:
+        """A new connection of the caller's own (not from the pool), e.g. for LISTEN."""
+        dsn = self.dsn()
+        try:
+            return Connection.connect(
+                dsn, application_name=self._application_name, **kwargs
+            )
+        except psycopg.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DatabaseUnavailable(
+                f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {first}"
+            ) from None
+
+    def _get_pool(self) -> ConnectionPool[Connection[TupleRow]]:
+        if self._pool is not None:
+            return self._pool
+        with self._lock:
+            if self._pool is None:
+                # One direct connection first: a bad DSN fails now with the server's own
+                # reason, instead of as a pool timeout much later.
+                probe = self.connect(connect_timeout=10)
+                probe.close()
+                pool = ConnectionPool(
+                    self.dsn(),
+                    min_size=1,
+                    max_size=self._pool_size,
+                    kwargs={"autocommit": True, "application_name": self._application_name},
+                    open=False,
+                    name=f"leaseq-{self.schema}",
+                )
+                pool.open(wait=True, timeout=30)
+                self._pool = pool
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _rows(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        connection: Connection[Any] | None = None,
+    ) -> list[Row]:
+        """Run one named statement: on the caller's connection (joining its transaction)
+        or, without one, on a pooled autocommit connection (its own transaction)."""
+        query = self.queries[name]
+        if connection is not None:
+            cur = connection.cursor()
+            cur.execute(query, params)
+            return list(cur.fetchall()) if cur.description is not None else []
+        pool = self._get_pool()
+        with pool.connection() as conn:
+            cur2 = conn.execute(query, params)
+            return list(cur2.fetchall()) if cur2.description is not None else []
+
+    # -- schema -----------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        """Bring the schema to the version this code knows; returns that version.
+
+        Idempotent, and safe when several processes run it at once: everything happens in
+        one transaction under an advisory lock keyed on the schema name.
+        """
+        q = self.queries
+        pool = self._get_pool()
+        with pool.connection() as conn, conn.transaction():
+            conn.execute(q["migrate_lock"], {"key": f"leaseq.migrate.{self.schema}"})
+            conn.execute(q["create_schema"])
+            conn.execute(q["create_version_table"])
+            cur = conn.execute(q["applied_versions"])
+            applied = {row[0] for row in cur.fetchall()}
+            self._refuse_newer(max(applied, default=0))
+            for migration in migrations(self.schema):
+                if migration.version not in applied:
+                    conn.execute(migration.sql.encode())
+                    conn.execute(
+                        q["record_version"],
+                        {"version": migration.version, "name": migration.name},
+                    )
+        return latest_version()
+
+    def schema_version(self) -> int | None:
+        """The applied schema version, or None when this schema was never migrated."""
+        rows = self._rows("schema_version", {"table": f"{self.schema}.schema_version"})
+        version = rows[0][0] if rows else None
+        return int(version) if version is not None else None
+
+    def check_schema(self) -> int:
+        """Raise :class:`SchemaError` unless the schema is exactly at this code's version."""
+        version = self.schema_version()
+        if version is None:
+            raise SchemaError(
+                f"schema {self.schema!r} is not set up in this database; run `leaseq migrate`"
+            )
+        self._refuse_newer(version)
+        if version < latest_version():
+            raise SchemaError(
+                f"schema {self.schema!r} is at version {version}, this leaseq needs "
+                f"{latest_version()}; run `leaseq migrate`"
+            )
+        return version
+
+    def _refuse_newer(self, version: int) -> None:
+        if version > latest_version():
+            raise SchemaError(
+                f"schema {self.schema!r} is at version {version}, newer than this leaseq "
+                f"understands ({latest_version()}); upgrade leaseq"
+            )
+
+    # -- enqueue ----------------------------------------------------------------------
+
+    def _job_params(self, spec: JobSpec) -> dict[str, Any]:
+        run_at, delay = validate.schedule(spec.run_at, spec.delay)
+        return {
+            "task": validate.check_name("task", spec.task),
+            "queue": validate.check_name("queue", spec.queue),
+            "payload": validate.encode_payload(spec.payload, self.payload_limit),
+            "priority": validate.check_priority(spec.priority),
+            "run_at": run_at,
+            "delay": delay,
+            "max_attempts": validate.check_max_attempts(spec.max_attempts),
+        }
+
+    def enqueue(
+        self,
+        task: str,
+        payload: Any = None,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        run_at: Any = None,
+        delay: Any = None,
+        max_attempts: int = 8,
+        connection: Connection[Any] | None = None,
+    ) -> int:
+        """Store one job; returns its id.
+
+        With ``connection`` the insert joins that connection's open transaction: the job
+        exists, and workers are woken, only if the caller commits.
+        """
+        spec = JobSpec(task, payload, queue, priority, run_at, delay, max_attempts)
+        params = self._job_params(spec)
+        params["channel"] = self.channel
+        rows = self._rows("insert_job", params, connection)
+        return int(rows[0][0])
+
+    def enqueue_many(
+        self,
+        jobs: Iterable[JobSpec | Mapping[str, Any]],
+        *,
+        connection: Connection[Any] | None = None,
+    ) -> list[int]:
+        """Store many jobs in one statement; returns their ids in input order.
+
+        Each item is a :class:`JobSpec` or a mapping with ``enqueue``'s argument names.
+        All are validated before anything is sent, so a bad item stores nothing.
+        """
+        params_list = [self._job_params(_spec(job)) for job in jobs]
+        if not params_list:
+            return []
+        arrays = {
+            "queues": [p["queue"] for p in params_list],
+            "tasks": [p["task"] for p in params_list],
+            "payloads": [p["payload"] for p in params_list],
+            "priorities": [p["priority"] for p in params_list],
+            "run_ats": [p["run_at"] for p in params_list],
+            "delays": [p["delay"] for p in params_list],
+            "max_attempts": [p["max_attempts"] for p in params_list],
+            "channel": self.channel,
+        }
+        rows = self._rows("insert_jobs", arrays, connection)
+        return [int(row[0]) for row in rows]
+
+    # -- the lease lifecycle ------------------------------------------------------------
+
+    def claim(
+        self,
+        queue: str = "default",
+        *,
+        worker: str,
+        lease_seconds: float = 60,
+        limit: int = 1,
+    ) -> list[Lease]:
+        """Claim up to ``limit`` claimable jobs of ``queue`` in one committed statement."""
+        seconds = validate.check_positive_seconds("lease_seconds", lease_seconds)
+        params = {
+            "queue": validate.check_name("queue", queue),
+            "owner": validate.check_worker_id(worker),
+            "lease_seconds": seconds,
+            "limit": validate.check_int("limit", limit, 1, validate.CLAIM_LIMIT_MAX),
+        }
+        rows = self._rows("claim_jobs", params)
+        leases = [lease_from_row(row, seconds) for row in rows]
+        leases.sort(key=lambda lease: (-lease.priority, lease.job_id))
+        return leases
+
+    def heartbeat_many(
+        self, leases: Sequence[Lease], *, lease_seconds: float | None = None
+    ) -> Heartbeat:
+        """Renew several leases in one fenced statement; lost ones are reported, not renewed."""
+        if not leases:
+            return Heartbeat({}, frozenset(), frozenset())
+        seconds = validate.check_positive_seconds(
+            "lease_seconds",
+            lease_seconds if lease_seconds is not None else max(x.lease_seconds for x in leases),
+        )
+        rows = self._rows(
+            "heartbeat_jobs", {**_fence_arrays(leases), "lease_seconds": seconds}
+        )
+        renewed = {int(row[0]): row[1] for row in rows}
+        return Heartbeat(
+            renewed=renewed,
+            lost=frozenset(x.job_id for x in leases if x.job_id not in renewed),
+            cancel_requested=frozenset(int(row[0]) for row in rows if row[2]),
+        )
+
+    def heartbeat(self, lease: Lease, *, lease_seconds: float | None = None) -> bool:
+        """Extend the lease; False means it was lost and nothing changed."""
+        result = self.heartbeat_many([lease], lease_seconds=lease_seconds)
+        return lease.job_id in result.renewed
+
+    def complete_many(
+        self, leases: Sequence[Lease], *, connection: Connection[Any] | None = None
+    ) -> set[int]:
+        """Mark jobs succeeded, fenced; returns the ids that were still ours."""
+        if not leases:
+            return set()
+        rows = self._rows("complete_jobs", _fence_arrays(leases), connection)
+        return {int(row[0]) for row in rows}
+
+    def complete(
+        self, lease: Lease, *, connection: Connection[Any] | None = None
+    ) -> bool:
+        """Mark the job succeeded; False means the lease was lost and nothing changed.
+
+        With ``connection`` the completion joins that connection's transaction, so the
+        handler's own writes there commit together with it, or not at all.
+        """
+        return lease.job_id in self.complete_many([lease], connection=connection)
+
+    def _decide(self, failure: Failure) -> tuple[str, float]:
+        lease = failure.lease
+        decision = decide_failure(
+            attempt=lease.attempt,
+            max_attempts=lease.max_attempts,
+            retryable=failure.retryable,
+            delay=self.retry_policy.delay(lease.attempt, failure.retry_in),
+        )
+        return str(decision.to_status), decision.delay
+
+    def fail_many(self, failures: Sequence[Failure]) -> dict[int, JobStatus]:
+        """Report failed attempts, fenced; returns each job still ours with its new status."""
+        if not failures:
+            return {}
+        decisions = [self._decide(f) for f in failures]
+        params = {
+            **_fence_arrays([f.lease for f in failures]),
+            "to_statuses": [d[0] for d in decisions],
+            "delays": [d[1] for d in decisions],
+            "codes": [validate.bound_code(f.error_code) for f in failures],
+            "details": [validate.bound_detail(f.detail) for f in failures],
+        }
+        rows = self._rows("fail_jobs", params)
+        return {int(row[0]): JobStatus(row[1]) for row in rows}
+
+    def fail(
+        self,
+        lease: Lease,
+        error_code: str,
+        *,
+        retryable: bool = True,
+        detail: str | None = None,
+        retry_in: float | None = None,
+    ) -> bool:
+        """Record a failed attempt: retry later with back-off, or dead when it cannot help
+        (not retryable, or attempts used up). False means the lease was lost."""
+        failure = Failure(lease, error_code, retryable, detail, retry_in)
+        return lease.job_id in self.fail_many([failure])
+
+    def release_many(self, leases: Sequence[Lease]) -> set[int]:
+        """Give unstarted jobs back without charging an attempt; returns the ids released."""
+        if not leases:
+            return set()
+        rows = self._rows("release_jobs", _fence_arrays(leases))
+        return {int(row[0]) for row in rows}
+
+    def release(self, lease: Lease) -> bool:
+        """Give an unstarted job back; False means the lease was lost and nothing changed."""
+        return lease.job_id in self.release_many([lease])
+
+    def sweep(self, *, batch_size: int = 1000, actor: str = "sweeper") -> SweepResult:
+        """Recover expired leases: retry with back-off, or dead once attempts are used up.
+
+        Works in batches, each its own short transaction; several sweepers may run at once.
+        """
+        batch = validate.check_int("batch_size", batch_size, 1, 100_000)
+        total = SweepResult()
+        pool = self._get_pool()
+        while True:
+            with pool.connection() as conn, conn.transaction():
+                cur = conn.execute(self.queries["lock_expired_leases"], {"limit": batch})
+                locked = cur.fetchall()
+                if not locked:
+                    return total
+                decisions = [
+                    decide_failure(
+                        attempt=attempt,
+                        max_attempts=max_attempts,
+                        retryable=not cancel_requested,
+                        delay=self.retry_policy.delay(attempt),
+                    )
+                    for (_, _, _, attempt, max_attempts, cancel_requested) in locked
+                ]
+                cur = conn.execute(
+                    self.queries["expire_leases"],
+                    {
+                        "ids": [row[0] for row in locked],
+                        "tokens": [row[1] for row in locked],
+                        "to_statuses": [str(d.to_status) for d in decisions],
+                        "delays": [d.delay for d in decisions],
+                        "actor": actor,
+                    },
+                )
+                done = cur.fetchall()
+            total = total + SweepResult(
+                requeued=sum(1 for row in done if row[1] == "pending"),
+                dead=sum(1 for row in done if row[1] == "dead"),
+            )
+            if len(locked) < batch:
+                return total
+
+    # -- inspection and operator actions ---------------------------------------------------
+
+    def get_job(self, job_id: int) -> Job | None:
+        rows = self._rows("get_job", {"id": job_id})
+        return job_from_row(rows[0]) if rows else None
+
+    def job_events(self, job_id: int) -> list[JobEvent]:
+        """The audit trail of one job, oldest first."""
+        return [event_from_row(row) for row in self._rows("job_events", {"id": job_id})]
+
+    def list_jobs(
+        self,
+        status: str = "dead",
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        error_code: str | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        """Jobs in one state, newest first, optionally filtered by queue, task, error code."""
+        params = {
+            "status": str(JobStatus(status)),
+            "queue": queue,
+            "task": task,
+            "error_code": error_code,
+            "limit": validate.check_int("limit", limit, 1, 100_000),
+        }
+        return [job_from_row(row) for row in self._rows("list_jobs", params)]
+
+    def queue_stats(self) -> list[QueueStats]:
+        return [stats_from_row(row) for row in self._rows("queue_stats")]
+
+    def cancel(
+        self, job_id: int, *, actor: str | None = None, reason: str | None = None
+    ) -> bool:
+        """Cancel a pending job now, or ask its worker to stop a running one.
+
+        False when the job does not exist or is already finished.
+        """
+        params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
+        return bool(self._rows("cancel_job", params))
+
+    def replay(
+        self,
+        job_id: int,
+        *,
+        reason: str,
+        actor: str | None = None,
+        allow_cancelled: bool = False,
+    ) -> bool:
+        """Bring a dead job back to pending under the same id with a fresh attempt budget.
+
+        ``reason`` is required and stored with ``actor`` in the audit trail. False when the
+        job does not exist or is not dead (or cancelled, with ``allow_cancelled``).
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError("replay needs a reason (what was fixed)")
+        from_statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
+        params = {
+            "id": job_id,
+            "from_statuses": from_statuses,
+            "actor": actor,
+            "reason": validate.bound_detail(reason),
+            "channel": self.channel,
+        }
+        return bool(self._rows("replay_job", params))

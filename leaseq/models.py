@@ -1,0 +1,185 @@
+"""Plain data that crosses the public API: leases, jobs, events, counts."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from leaseq.states import JobStatus
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof of ownership of one claimed job; every later write must present it whole.
+
+    ``token`` is the fencing token: it grows by one on every claim of the job, so a worker
+    holding an older lease can never change the job once someone else claimed it.
+    """
+
+    job_id: int
+    token: int
+    owner: str
+    task: str
+    queue: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    expires_at: dt.datetime
+    priority: int = 0
+    created_at: dt.datetime | None = None
+    lease_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed attempt to report: what went wrong and whether retrying may help."""
+
+    lease: Lease
+    error_code: str
+    retryable: bool = True
+    detail: str | None = None
+    retry_in: float | None = None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Outcome of renewing a set of leases."""
+
+    renewed: dict[int, dt.datetime]
+    lost: frozenset[int]
+    cancel_requested: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job row as stored (column names follow the table, with ``id`` as ``job_id``)."""
+
+    job_id: int
+    queue: str
+    task: str
+    payload: Any
+    status: JobStatus
+    priority: int
+    available_at: dt.datetime
+    attempt_count: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_token: int
+    lease_expires_at: dt.datetime | None
+    last_error_code: str | None
+    last_error_detail: str | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    heartbeat_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    cancel_requested_at: dt.datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            k: (v.isoformat() if isinstance(v, dt.datetime) else str(v) if k == "status" else v)
+            for k, v in self.__dict__.items()
+        }
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One row of the audit trail: a transition, who made it, under which token."""
+
+    event_id: int
+    job_id: int
+    at: dt.datetime
+    event: str
+    from_status: str | None
+    to_status: str | None
+    actor: str | None
+    lease_token: int | None
+    attempt: int | None
+    error_code: str | None
+    detail: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            k: (v.isoformat() if isinstance(v, dt.datetime) else v)
+            for k, v in self.__dict__.items()
+        }
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What one sweep did with expired leases."""
+
+    requeued: int = 0
+    dead: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.requeued + self.dead
+
+    def __add__(self, other: SweepResult) -> SweepResult:
+        return SweepResult(self.requeued + other.requeued, self.dead + other.dead)
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Per-queue counts; ``oldest_ready_age`` is seconds the oldest claimable job has waited."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    running: int
+    succeeded: int
+    dead: int
+    cancelled: int
+    oldest_ready_age: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job for :meth:`Client.enqueue_many`; fields mean what ``enqueue``'s arguments do."""
+
+    task: str
+    payload: Any = None
+    queue: str = "default"
+    priority: int = 0
+    run_at: dt.datetime | None = None
+    delay: float | dt.timedelta | None = None
+    max_attempts: int = 8
+
+
+def lease_from_row(row: Sequence[Any], lease_seconds: float) -> Lease:
+    (job_id, token, owner, task, queue, payload, attempt, max_attempts, expires, prio, created) = (
+        row
+    )
+    return Lease(
+        lease_seconds=lease_seconds,
+        job_id=job_id,
+        token=token,
+        owner=owner,
+        task=task,
+        queue=queue,
+        payload=payload,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        expires_at=expires,
+        priority=prio,
+        created_at=created,
+    )
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    values = list(row)
+    values[4] = JobStatus(values[4])
+    return Job(*values)
+
+
+def event_from_row(row: Sequence[Any]) -> JobEvent:
+    return JobEvent(*row)
+
+
+def stats_from_row(row: Sequence[Any]) -> QueueStats:
+    return QueueStats(*row)

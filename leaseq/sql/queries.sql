@@ -1,0 +1,343 @@
+-- Every statement leaseq sends, named and in one place.
+--
+-- Format: a block starts with "-- name: NAME"; the comment lines right under it say why
+-- the statement looks the way it does. {schema} is replaced by the quoted schema name;
+-- %(x)s are psycopg parameters. Every statement that changes a running job is fenced by
+-- id + lease_owner + lease_token + "lease_expires_at > now()" (the sweep instead by
+-- "lease_expires_at <= now()"), and callers treat fewer rows than asked for as lost leases.
+-- All lease arithmetic is done with the database clock (now()); Python only sends intervals.
+
+
+-- name: migrate_lock
+-- Serialises concurrent `leaseq migrate` runs on one schema; released at commit.
+SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0));
+
+-- name: create_schema
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS {schema}.schema_version (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: applied_versions
+SELECT version FROM {schema}.schema_version ORDER BY version;
+
+-- name: record_version
+INSERT INTO {schema}.schema_version (version, name) VALUES (%(version)s, %(name)s);
+
+-- name: schema_version
+-- to_regclass avoids an error (and an aborted transaction) when nothing was migrated yet.
+SELECT CASE
+  WHEN to_regclass(%(table)s) IS NULL THEN NULL
+  ELSE (SELECT max(version) FROM {schema}.schema_version)
+END;
+
+
+-- name: insert_job
+-- One round trip: the row and its wake-up go together, so the NOTIFY is delivered only if
+-- (and when) the enclosing transaction commits. Jobs scheduled for later wake nobody.
+WITH ins AS (
+  INSERT INTO {schema}.jobs (queue_name, task, payload, priority, available_at, max_attempts)
+  VALUES (
+    %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s,
+    coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
+    %(max_attempts)s
+  )
+  RETURNING id, queue_name, available_at
+)
+SELECT id, CASE WHEN available_at <= now() THEN pg_notify(%(channel)s, queue_name)::text END
+FROM ins;
+
+-- name: insert_jobs
+-- Bulk form of insert_job: arrays in, one statement. Identity values are assigned in the
+-- order unnest produces rows, so sorted ids match the input order. PostgreSQL folds
+-- duplicate notifications of one transaction, so one wake-up per queue goes out.
+WITH ins AS (
+  INSERT INTO {schema}.jobs (queue_name, task, payload, priority, available_at, max_attempts)
+  SELECT u.queue, u.task, u.payload, u.priority,
+         coalesce(u.run_at, now() + make_interval(secs => u.delay)), u.max_attempts
+  FROM unnest(
+    %(queues)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[], %(priorities)s::int[],
+    %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::int[]
+  ) WITH ORDINALITY AS u(queue, task, payload, priority, run_at, delay, max_attempts, ord)
+  ORDER BY u.ord
+  RETURNING id, queue_name, available_at
+)
+SELECT id, CASE WHEN available_at <= now() THEN pg_notify(%(channel)s, queue_name)::text END
+FROM ins
+ORDER BY id;
+
+
+-- name: claim_jobs
+-- The seed's claim: lock candidates with SKIP LOCKED and flip them to running in the same
+-- statement, so no other worker can take a row between the choice and the update. The
+-- ORDER BY matches jobs_claimable_idx, so the scan stops after LIMIT rows.
+WITH candidate AS (
+  SELECT id
+  FROM {schema}.jobs
+  WHERE queue_name = %(queue)s
+    AND status = 'pending'
+    AND available_at <= now()
+  ORDER BY priority DESC, available_at, id
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET status = 'running',
+    attempt_count = j.attempt_count + 1,
+    lease_owner = %(owner)s,
+    lease_token = j.lease_token + 1,
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+    started_at = now(),
+    heartbeat_at = now()
+FROM candidate
+WHERE j.id = candidate.id
+RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload,
+          j.attempt_count, j.max_attempts, j.lease_expires_at, j.priority, j.created_at;
+
+-- name: heartbeat_jobs
+-- Renews many leases in one statement; rows missing from RETURNING lost their lease.
+UPDATE {schema}.jobs AS j
+SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+    heartbeat_at = now()
+FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[]) AS l(id, owner, token)
+WHERE j.id = l.id
+  AND j.status = 'running'
+  AND j.lease_owner = l.owner
+  AND j.lease_token = l.token
+  AND j.lease_expires_at > now()
+RETURNING j.id, j.lease_expires_at, j.cancel_requested_at IS NOT NULL;
+
+-- name: complete_jobs
+-- Fenced success for a batch; rows missing from RETURNING were not ours any more.
+UPDATE {schema}.jobs AS j
+SET status = 'succeeded',
+    finished_at = now(),
+    lease_owner = NULL,
+    lease_expires_at = NULL
+FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[]) AS l(id, owner, token)
+WHERE j.id = l.id
+  AND j.status = 'running'
+  AND j.lease_owner = l.owner
+  AND j.lease_token = l.token
+  AND j.lease_expires_at > now()
+RETURNING j.id;
+
+-- name: fail_jobs
+-- Fenced failure for a batch. Python decided each job's next state (retry after a delay,
+-- or dead); a pending cancel request overrides a retry, since nobody wants it run again.
+-- The event row is written by the same statement, so the trail cannot miss a transition.
+WITH d AS (
+  SELECT *
+  FROM unnest(
+    %(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
+    %(to_statuses)s::text[], %(delays)s::float8[], %(codes)s::text[], %(details)s::text[]
+  ) AS d(id, owner, token, to_status, delay, code, detail)
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET status = CASE
+        WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+        ELSE d.to_status::{schema}.job_status
+      END,
+      available_at = CASE
+        WHEN j.cancel_requested_at IS NULL AND d.to_status = 'pending'
+          THEN now() + make_interval(secs => d.delay)
+        ELSE j.available_at
+      END,
+      finished_at = CASE
+        WHEN j.cancel_requested_at IS NULL AND d.to_status = 'pending' THEN NULL
+        ELSE now()
+      END,
+      lease_owner = NULL,
+      lease_expires_at = NULL,
+      last_error_code = d.code,
+      last_error_detail = d.detail
+  FROM d
+  WHERE j.id = d.id
+    AND j.status = 'running'
+    AND j.lease_owner = d.owner
+    AND j.lease_token = d.token
+    AND j.lease_expires_at > now()
+  RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail
+)
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code, detail)
+SELECT id,
+       CASE status WHEN 'pending' THEN 'retry_scheduled' WHEN 'dead' THEN 'dead'
+                   ELSE 'cancelled' END,
+       'running', status, owner, lease_token, attempt_count, code, detail
+FROM upd
+RETURNING job_id, to_status::text;
+
+-- name: release_jobs
+-- Gives back leases whose handler never started (shutdown): the attempt is not charged
+-- and available_at is kept, so the job keeps its place in line.
+WITH upd AS (
+  UPDATE {schema}.jobs AS j
+  SET status = 'pending',
+      attempt_count = j.attempt_count - 1,
+      lease_owner = NULL,
+      lease_expires_at = NULL
+  FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[]) AS l(id, owner, token)
+  WHERE j.id = l.id
+    AND j.status = 'running'
+    AND j.lease_owner = l.owner
+    AND j.lease_token = l.token
+    AND j.lease_expires_at > now()
+  RETURNING j.id, j.lease_token, j.attempt_count, l.owner
+)
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt)
+SELECT id, 'released', 'running', 'pending', owner, lease_token, attempt_count
+FROM upd
+RETURNING job_id;
+
+
+-- name: lock_expired_leases
+-- First half of the sweep: lock a bounded batch of expired leases. SKIP LOCKED lets
+-- several sweepers run at once without waiting on each other or taking the same row.
+SELECT id, lease_token, lease_owner, attempt_count, max_attempts,
+       cancel_requested_at IS NOT NULL
+FROM {schema}.jobs
+WHERE status = 'running'
+  AND lease_expires_at <= now()
+ORDER BY lease_expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: expire_leases
+-- Second half of the sweep, same transaction: apply the per-job decisions made in Python
+-- by the retry policy. Still fenced by token and "expired", so it can only touch the rows
+-- the first half locked.
+WITH d AS (
+  SELECT *
+  FROM unnest(
+    %(ids)s::bigint[], %(tokens)s::bigint[], %(to_statuses)s::text[], %(delays)s::float8[]
+  ) AS d(id, token, to_status, delay)
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET status = d.to_status::{schema}.job_status,
+      available_at = CASE
+        WHEN d.to_status = 'pending' THEN now() + make_interval(secs => d.delay)
+        ELSE j.available_at
+      END,
+      finished_at = CASE WHEN d.to_status = 'pending' THEN NULL ELSE now() END,
+      lease_owner = NULL,
+      lease_expires_at = NULL,
+      last_error_code = 'LEASE_EXPIRED',
+      last_error_detail = 'lease of ' || j.lease_owner || ' expired at ' || j.lease_expires_at
+  FROM d
+  WHERE j.id = d.id
+    AND j.status = 'running'
+    AND j.lease_token = d.token
+    AND j.lease_expires_at <= now()
+  RETURNING j.id, j.status, j.lease_token, j.attempt_count, j.last_error_detail
+)
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code, detail)
+SELECT id, 'lease_expired', 'running', status, %(actor)s, lease_token, attempt_count,
+       'LEASE_EXPIRED', last_error_detail
+FROM upd
+RETURNING job_id, to_status::text;
+
+
+-- name: cancel_job
+-- A pending job is cancelled at once; a running one gets a request its worker sees at the
+-- next heartbeat (its lease stays valid, so the worker can still report honestly).
+WITH upd AS (
+  UPDATE {schema}.jobs
+  SET status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
+      finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,
+      cancel_requested_at = CASE
+        WHEN status = 'running' THEN coalesce(cancel_requested_at, now())
+        ELSE cancel_requested_at
+      END
+  WHERE id = %(id)s AND status IN ('pending', 'running')
+  RETURNING id, status, lease_token, attempt_count
+)
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
+SELECT id,
+       CASE status WHEN 'cancelled' THEN 'cancelled' ELSE 'cancel_requested' END,
+       CASE status WHEN 'cancelled' THEN 'pending' ELSE 'running' END::{schema}.job_status,
+       status, %(actor)s, lease_token, attempt_count, %(reason)s
+FROM upd
+RETURNING job_id, to_status::text;
+
+-- name: replay_job
+-- Dead (or, when allowed, cancelled) back to pending under the same id with a fresh
+-- attempt budget; the previous attempt count stays in the event row.
+WITH prev AS (
+  SELECT id, status, attempt_count
+  FROM {schema}.jobs
+  WHERE id = %(id)s AND status = ANY(%(from_statuses)s::{schema}.job_status[])
+  FOR UPDATE
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET status = 'pending',
+      attempt_count = 0,
+      available_at = now(),
+      finished_at = NULL,
+      cancel_requested_at = NULL
+  FROM prev
+  WHERE j.id = prev.id
+  RETURNING j.id, prev.status AS from_status, prev.attempt_count, j.lease_token,
+            j.queue_name
+), ev AS (
+  INSERT INTO {schema}.job_events
+    (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
+  SELECT id, 'replayed', from_status, 'pending', %(actor)s, lease_token, attempt_count,
+         %(reason)s
+  FROM upd
+  RETURNING job_id
+)
+SELECT ev.job_id, pg_notify(%(channel)s, upd.queue_name)::text
+FROM ev JOIN upd ON upd.id = ev.job_id;
+
+
+-- name: get_job
+SELECT id, queue_name, task, payload, status::text, priority, available_at, attempt_count,
+       max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
+       last_error_detail, created_at, started_at, heartbeat_at, finished_at,
+       cancel_requested_at
+FROM {schema}.jobs
+WHERE id = %(id)s;
+
+-- name: list_jobs
+-- Operator listing (dead list, inspection). NULL filters match everything.
+SELECT id, queue_name, task, payload, status::text, priority, available_at, attempt_count,
+       max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
+       last_error_detail, created_at, started_at, heartbeat_at, finished_at,
+       cancel_requested_at
+FROM {schema}.jobs
+WHERE status = %(status)s::{schema}.job_status
+  AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_events
+SELECT id, job_id, at, event, from_status::text, to_status::text, actor, lease_token,
+       attempt, error_code, detail
+FROM {schema}.job_events
+WHERE job_id = %(id)s
+ORDER BY id;
+
+-- name: queue_stats
+-- One pass over the table; ages come from the database clock.
+SELECT queue_name,
+       count(*) FILTER (WHERE status = 'pending' AND available_at <= now()),
+       count(*) FILTER (WHERE status = 'pending' AND available_at > now()),
+       count(*) FILTER (WHERE status = 'running'),
+       count(*) FILTER (WHERE status = 'succeeded'),
+       count(*) FILTER (WHERE status = 'dead'),
+       count(*) FILTER (WHERE status = 'cancelled'),
+       extract(epoch FROM now() - min(available_at)
+         FILTER (WHERE status = 'pending' AND available_at <= now()))::float8
+FROM {schema}.jobs
+GROUP BY queue_name
+ORDER BY queue_name;

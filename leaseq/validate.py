@@ -1,0 +1,132 @@
+"""Input checks shared by the client, the worker and the CLI.
+
+Each check raises a :class:`ConfigError` or :class:`PayloadError` whose message names the
+bad value and the rule, so a person can fix it from one line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+from typing import Any
+
+from leaseq.errors import ConfigError, PayloadError
+
+NAME_MAX = 128
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-/]*$")
+
+PRIORITY_MIN = -32768
+PRIORITY_MAX = 32767
+MAX_ATTEMPTS_LIMIT = 10_000
+LEASE_SECONDS_MAX = 7 * 24 * 3600.0
+CLAIM_LIMIT_MAX = 1000
+DEFAULT_PAYLOAD_LIMIT = 1024 * 1024
+ERROR_CODE_MAX = 64
+ERROR_DETAIL_MAX = 4000
+WORKER_ID_MAX = 200
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_name(kind: str, value: object) -> str:
+    """Queue and task names: letters, digits and ``_ . : - /``; at most 128 characters."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{kind} name must be a non-empty string, got {_short(value)}")
+    if len(value) > NAME_MAX or not _NAME_RE.match(value):
+        raise ConfigError(
+            f"invalid {kind} name {_short(value)}: use letters, digits and _ . : - / "
+            f"(at most {NAME_MAX} characters, not starting with punctuation)"
+        )
+    return value
+
+
+def check_int(kind: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{kind} must be an integer, got {_short(value)}")
+    if not low <= value <= high:
+        raise ConfigError(f"{kind} must be between {low} and {high}, got {value}")
+    return value
+
+
+def check_priority(value: object) -> int:
+    return check_int("priority", value, PRIORITY_MIN, PRIORITY_MAX)
+
+
+def check_max_attempts(value: object) -> int:
+    return check_int("max_attempts", value, 1, MAX_ATTEMPTS_LIMIT)
+
+
+def check_positive_seconds(kind: str, value: object, high: float = LEASE_SECONDS_MAX) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{kind} must be a number of seconds, got {_short(value)}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > high:
+        raise ConfigError(f"{kind} must be more than 0 and at most {high:g} seconds, got {value}")
+    return seconds
+
+
+def check_worker_id(value: object) -> str:
+    if not isinstance(value, str) or not value or len(value) > WORKER_ID_MAX:
+        raise ConfigError(
+            f"worker id must be a non-empty string of at most {WORKER_ID_MAX} characters, "
+            f"got {_short(value)}"
+        )
+    return value
+
+
+def schedule(run_at: object, delay: object) -> tuple[dt.datetime | None, float]:
+    """Turn ``run_at``/``delay`` into what the insert statement takes.
+
+    ``delay`` is added to the database clock; ``run_at`` is an absolute instant and must
+    carry a time zone, since a naive datetime would be read in the server's zone.
+    """
+    if run_at is not None and delay is not None:
+        raise ConfigError("give either run_at or delay, not both")
+    if run_at is not None:
+        if not isinstance(run_at, dt.datetime) or run_at.tzinfo is None:
+            raise ConfigError(f"run_at must be a timezone-aware datetime, got {_short(run_at)}")
+        return run_at, 0.0
+    if delay is None:
+        return None, 0.0
+    if isinstance(delay, dt.timedelta):
+        delay = delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay):
+        raise ConfigError(f"delay must be seconds or a timedelta, got {_short(delay)}")
+    if delay < 0:
+        raise ConfigError(f"delay must not be negative, got {delay}")
+    return None, float(delay)
+
+
+def encode_payload(payload: Any, limit: int = DEFAULT_PAYLOAD_LIMIT) -> str:
+    """JSON text of ``payload``, refusing what JSON cannot carry and what is too large."""
+    try:
+        text = json.dumps(payload, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
+    if "\\u0000" in text:
+        raise PayloadError("payload contains a NUL character, which PostgreSQL jsonb refuses")
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise PayloadError(f"payload is {size} bytes, over the limit of {limit} bytes")
+    return text
+
+
+def bound_code(code: object) -> str:
+    text = str(code).strip() or "ERROR"
+    return text[:ERROR_CODE_MAX]
+
+
+def bound_detail(detail: object | None) -> str | None:
+    if detail is None:
+        return None
+    text = str(detail).replace("\x00", "")
+    if len(text) <= ERROR_DETAIL_MAX:
+        return text
+    # Keep both ends: the start says what failed, the end of a traceback says where.
+    half = (ERROR_DETAIL_MAX - 20) // 2
+    return text[:half] + "\n... (truncated) ...\n" + text[-half:]
