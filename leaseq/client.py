@@ -467,6 +467,11 @@ class Client:
         }
         return [job_from_row(row) for row in self._rows("list_jobs", params)]
 
+    def queues_have_work(self, queues: Sequence[str]) -> bool:
+        """True while any of ``queues`` has a pending (even if scheduled) or running job."""
+        rows = self._rows("queues_have_work", {"queues": list(queues)})
+        return bool(rows[0][0])
+
     def queue_stats(self) -> list[QueueStats]:
         return [stats_from_row(row) for row in self._rows("queue_stats")]
 

@@ -467,6 +467,11 @@ class AsyncClient:
         }
         return [job_from_row(row) for row in await self._rows("list_jobs", params)]
 
+    async def queues_have_work(self, queues: Sequence[str]) -> bool:
+        """True while any of ``queues`` has a pending (even if scheduled) or running job."""
+        rows = await self._rows("queues_have_work", {"queues": list(queues)})
+        return bool(rows[0][0])
+
     async def queue_stats(self) -> list[QueueStats]:
         return [stats_from_row(row) for row in await self._rows("queue_stats")]
 

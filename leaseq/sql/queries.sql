@@ -327,6 +327,16 @@ FROM {schema}.job_events
 WHERE job_id = %(id)s
 ORDER BY id;
 
+-- name: queues_have_work
+-- Drain mode's stop test: both partial indexes answer it without touching history.
+SELECT EXISTS (
+  SELECT 1 FROM {schema}.jobs
+  WHERE status = 'pending' AND queue_name = ANY(%(queues)s::text[])
+) OR EXISTS (
+  SELECT 1 FROM {schema}.jobs
+  WHERE status = 'running' AND queue_name = ANY(%(queues)s::text[])
+);
+
 -- name: queue_stats
 -- One pass over the table; ages come from the database clock.
 SELECT queue_name,

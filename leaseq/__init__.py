@@ -1,0 +1,63 @@
+"""leaseq: a PostgreSQL job queue with fenced, expiring leases.
+
+Workers claim jobs with one short ``FOR UPDATE SKIP LOCKED`` statement, commit, then run
+them outside any transaction under a lease measured in database time. Every claim bumps a
+fencing token that every later write must present, so a worker whose lease expired can
+never overwrite the job's state.
+"""
+
+from leaseq.app import App, Task
+from leaseq.client import Client
+from leaseq.client_async import AsyncClient
+from leaseq.errors import (
+    ConfigError,
+    DatabaseUnavailable,
+    EmbeddedError,
+    InvalidTransition,
+    JobNotFound,
+    LeaseqError,
+    PayloadError,
+    Permanent,
+    Retry,
+    SchemaError,
+)
+from leaseq.models import Failure, Heartbeat, Job, JobEvent, JobSpec, Lease, QueueStats, SweepResult
+from leaseq.retry import RetryPolicy
+from leaseq.states import JobStatus
+from leaseq.worker import JobContext, LeaseLost, Worker, WorkerConfig, WorkerStats, run_worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App",
+    "AsyncClient",
+    "Client",
+    "ConfigError",
+    "DatabaseUnavailable",
+    "EmbeddedError",
+    "Failure",
+    "Heartbeat",
+    "InvalidTransition",
+    "Job",
+    "JobContext",
+    "JobEvent",
+    "JobNotFound",
+    "JobSpec",
+    "JobStatus",
+    "Lease",
+    "LeaseLost",
+    "LeaseqError",
+    "PayloadError",
+    "Permanent",
+    "QueueStats",
+    "Retry",
+    "RetryPolicy",
+    "SchemaError",
+    "SweepResult",
+    "Task",
+    "Worker",
+    "WorkerConfig",
+    "WorkerStats",
+    "__version__",
+    "run_worker",
+]

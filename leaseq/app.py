@@ -1,0 +1,145 @@
+"""Applications register task handlers; a task knows its name and enqueue defaults."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, overload
+
+from leaseq import validate
+from leaseq.client import Client
+from leaseq.client_async import AsyncClient
+from leaseq.errors import ConfigError
+from leaseq.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from leaseq.worker.context import JobContext
+
+Handler = Callable[["JobContext", Any], Any]
+
+
+class Task:
+    """A registered handler. Call ``enqueue`` to schedule it; the worker calls the handler
+    as ``fn(ctx, payload)`` (sync handlers in a thread, async ones on the event loop)."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Handler,
+        *,
+        name: str,
+        queue: str,
+        max_attempts: int,
+        priority: int,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = validate.check_name("task", name)
+        self.queue = validate.check_name("queue", queue)
+        self.max_attempts = validate.check_max_attempts(max_attempts)
+        self.priority = validate.check_priority(priority)
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+    def __call__(self, ctx: JobContext, payload: Any) -> Any:
+        return self.fn(ctx, payload)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue}>"
+
+    def _options(self, options: dict[str, Any]) -> dict[str, Any]:
+        merged = {"queue": self.queue, "max_attempts": self.max_attempts, "priority": self.priority}
+        merged.update(options)
+        return merged
+
+    def enqueue(self, payload: Any = None, **options: Any) -> int:
+        """Enqueue this task through the app's sync client; options as in ``Client.enqueue``."""
+        return self.app.client.enqueue(self.name, payload, **self._options(options))
+
+    async def enqueue_async(self, payload: Any = None, **options: Any) -> int:
+        """Enqueue through the app's async client; options as in ``AsyncClient.enqueue``."""
+        return await self.app.async_client.enqueue(self.name, payload, **self._options(options))
+
+
+class App:
+    """A set of tasks plus where their jobs live (DSN and schema)."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "leaseq",
+        retry_policy: RetryPolicy | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.retry_policy = retry_policy
+        self.tasks: dict[str, Task] = {}
+        self._client: Client | None = None
+        self._async_client: AsyncClient | None = None
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.dsn, schema=self.schema, retry_policy=self.retry_policy)
+        return self._client
+
+    @property
+    def async_client(self) -> AsyncClient:
+        if self._async_client is None:
+            self._async_client = AsyncClient(
+                self.dsn, schema=self.schema, retry_policy=self.retry_policy
+            )
+        return self._async_client
+
+    @overload
+    def task(self, fn: Handler, /) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = 8,
+        priority: int = 0,
+    ) -> Callable[[Handler], Task]: ...
+
+    def task(
+        self,
+        fn: Handler | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = 8,
+        priority: int = 0,
+    ) -> Task | Callable[[Handler], Task]:
+        """Register a handler, as ``@app.task`` or ``@app.task(name=..., queue=...)``.
+
+        The default name is ``module.function``, so it survives refactors only if the
+        function stays put; give ``name=`` for tasks with jobs already in flight.
+        """
+
+        def register(func: Handler) -> Task:
+            task_name = name or f"{func.__module__}.{func.__qualname__}"
+            if task_name in self.tasks:
+                raise ConfigError(f"task {task_name!r} is registered twice")
+            task = Task(
+                self,
+                func,
+                name=task_name,
+                queue=queue,
+                max_attempts=max_attempts,
+                priority=priority,
+            )
+            self.tasks[task_name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

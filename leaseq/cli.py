@@ -1,0 +1,492 @@
+"""The ``leaseq`` command line, built only on the public API.
+
+Every error a person can cause (bad argument, bad DSN, unknown job) ends as one line on
+stderr and a non-zero exit code, never as a traceback:
+
+- 0: done; 1: the operation could not be done (database down, job not in that state);
+- 2: bad usage or configuration; 130: interrupted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import click
+import psycopg
+
+from leaseq.app import App
+from leaseq.client import Client
+from leaseq.errors import ConfigError, LeaseqError
+from leaseq.models import Job, QueueStats
+from leaseq.worker import WorkerConfig, run_worker
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class Failed(click.ClickException):
+    """The command was understood but could not be carried out."""
+
+    exit_code = EXIT_FAILED
+
+
+class Settings:
+    def __init__(self, dsn: str | None, schema: str) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self._client: Client | None = None
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.dsn, schema=self.schema, pool_size=2)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+pass_settings = click.make_pass_decorator(Settings)
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, default=str))
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def render_status(stats: Sequence[QueueStats]) -> str:
+    if not stats:
+        return "no jobs yet"
+    headers = ["queue", "ready", "scheduled", "running", "succeeded", "dead", "cancelled", "oldest"]
+    rows = [
+        [
+            s.queue,
+            s.ready,
+            s.scheduled,
+            s.running,
+            s.succeeded,
+            s.dead,
+            s.cancelled,
+            _age(s.oldest_ready_age),
+        ]
+        for s in stats
+    ]
+    return _table(headers, rows)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--dsn",
+    envvar="LEASEQ_DSN",
+    help="PostgreSQL connection string (env LEASEQ_DSN). Default: the embedded server.",
+)
+@click.option(
+    "--schema",
+    envvar="LEASEQ_SCHEMA",
+    default="leaseq",
+    show_default=True,
+    help="Schema holding leaseq's tables (env LEASEQ_SCHEMA).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log more (worker progress, SQL retries).")
+@click.version_option(package_name="leaseq")
+@click.pass_context
+def cli(ctx: click.Context, dsn: str | None, schema: str, verbose: bool) -> None:
+    """leaseq: a PostgreSQL job queue with fenced, expiring leases."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    settings = Settings(dsn, schema)
+    ctx.obj = settings
+    ctx.call_on_close(settings.close)
+
+
+@cli.command()
+@pass_settings
+def migrate(settings: Settings) -> None:
+    """Create or upgrade the schema (idempotent; safe to run concurrently)."""
+    version = settings.client.migrate()
+    click.echo(f"schema {settings.schema!r} is at version {version}")
+
+
+def _parse_payload(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+@cli.command()
+@click.argument("task")
+@click.argument("payload", required=False)
+@click.option("--queue", "-q", default="default", show_default=True)
+@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--delay", type=float, default=None, help="Seconds from now (database clock).")
+@click.option("--max-attempts", type=int, default=8, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print {'id': ...} as JSON.")
+@pass_settings
+def enqueue(
+    settings: Settings,
+    task: str,
+    payload: str | None,
+    queue: str,
+    priority: int,
+    delay: float | None,
+    max_attempts: int,
+    as_json: bool,
+) -> None:
+    """Enqueue TASK with an optional JSON PAYLOAD; prints the job id."""
+    job_id = settings.client.enqueue(
+        task,
+        _parse_payload(payload),
+        queue=queue,
+        priority=priority,
+        delay=delay,
+        max_attempts=max_attempts,
+    )
+    if as_json:
+        _emit_json({"id": job_id})
+    else:
+        click.echo(job_id)
+
+
+def load_app(ref: str) -> App:
+    """Import ``module:attribute`` (the current directory is importable) and check it is an App."""
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"expected MODULE:APP (e.g. myproject.jobs:app), got {ref!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r}: {exc}") from None
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise ConfigError(f"{ref} is not a leaseq.App (found {type(app).__name__})")
+    return app
+
+
+@cli.command()
+@click.argument("app_ref", metavar="MODULE:APP")
+@click.option("--queue", "-q", "queues", multiple=True, help="Queue to serve (repeatable).")
+@click.option("--concurrency", "-c", type=int, default=10, show_default=True)
+@click.option("--lease-seconds", type=float, default=60.0, show_default=True)
+@click.option("--batch-size", type=int, default=100, show_default=True)
+@click.option("--poll-interval", type=float, default=2.0, show_default=True)
+@click.option("--sweep-interval", type=float, default=15.0, show_default=True)
+@click.option("--shutdown-timeout", type=float, default=30.0, show_default=True)
+@click.option("--no-listen", is_flag=True, help="Do not LISTEN; rely on polling only.")
+@click.option("--burst", is_flag=True, help="Exit once nothing is claimable and nothing runs.")
+@click.option("--drain", is_flag=True, help="Exit once the queues have no pending job at all.")
+@click.option("--worker-id", default=None, help="Lease owner name (default host:pid:random).")
+@pass_settings
+def worker(
+    settings: Settings,
+    app_ref: str,
+    queues: tuple[str, ...],
+    concurrency: int,
+    lease_seconds: float,
+    batch_size: int,
+    poll_interval: float,
+    sweep_interval: float,
+    shutdown_timeout: float,
+    no_listen: bool,
+    burst: bool,
+    drain: bool,
+    worker_id: str | None,
+) -> None:
+    """Run a worker for the tasks of MODULE:APP until stopped (SIGTERM/SIGINT)."""
+    app = load_app(app_ref)
+    if settings.dsn:
+        app.dsn = settings.dsn
+    if settings.schema != "leaseq" or app.schema == "leaseq":
+        app.schema = settings.schema
+    extra: dict[str, Any] = {"worker_id": worker_id} if worker_id else {}
+    config = WorkerConfig(
+        queues=queues or ("default",),
+        concurrency=concurrency,
+        lease_seconds=lease_seconds,
+        batch_size=batch_size,
+        poll_interval=poll_interval,
+        sweep_interval=sweep_interval,
+        shutdown_timeout=shutdown_timeout,
+        listen=not no_listen,
+        burst=burst,
+        drain=drain,
+        **extra,
+    )
+    started = time.monotonic()
+    stats = run_worker(app, config)
+    elapsed = time.monotonic() - started
+    if burst or drain:
+        done = stats.succeeded + stats.failed
+        click.echo(
+            f"processed {done} job(s) in {elapsed:.2f}s ({done / elapsed:.0f}/s): "
+            f"{stats.succeeded} succeeded, {stats.failed} failed, "
+            f"{stats.lost_leases + stats.lost_fence_writes} lost lease(s)"
+        )
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--watch", is_flag=True, help="Refresh every --interval seconds until Ctrl-C.")
+@click.option("--interval", type=float, default=2.0, show_default=True)
+@pass_settings
+def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> None:
+    """Per-queue counts and the age of the oldest claimable job."""
+    while True:
+        stats = settings.client.queue_stats()
+        if as_json:
+            _emit_json([s.as_dict() for s in stats])
+        else:
+            if watch:
+                click.clear()
+            click.echo(render_status(stats))
+        if not watch:
+            return
+        time.sleep(interval)
+
+
+@cli.group()
+def jobs() -> None:
+    """Inspect single jobs."""
+
+
+def _job_lines(job: Job) -> list[str]:
+    fields = job.as_dict()
+    payload = json.dumps(fields.pop("payload"), default=str)
+    lines = [f"{k:20} {v}" for k, v in fields.items() if k != "last_error_detail"]
+    lines.append(f"{'payload':20} {payload if len(payload) <= 500 else payload[:497] + '...'}")
+    if job.last_error_detail:
+        lines.append("last_error_detail:")
+        lines.extend("  " + line for line in job.last_error_detail.splitlines())
+    return lines
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@pass_settings
+def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
+    """A job's row and its full history of transitions."""
+    job = settings.client.get_job(job_id)
+    if job is None:
+        raise Failed(f"no job with id {job_id}")
+    events = settings.client.job_events(job_id)
+    if as_json:
+        _emit_json({"job": job.as_dict(), "events": [e.as_dict() for e in events]})
+        return
+    click.echo("\n".join(_job_lines(job)))
+    click.echo("\nhistory:")
+    if not events:
+        click.echo("  (no transitions besides claim/succeed)")
+    rows = [
+        [
+            e.at.isoformat(timespec="seconds"),
+            e.event,
+            f"{e.from_status}->{e.to_status}",
+            e.actor or "-",
+            e.lease_token if e.lease_token is not None else "-",
+            e.attempt if e.attempt is not None else "-",
+            e.error_code or "-",
+            (e.detail or "").splitlines()[0][:60] if e.detail else "-",
+        ]
+        for e in events
+    ]
+    if rows:
+        headers = ["at", "event", "transition", "actor", "token", "attempt", "code", "detail"]
+        click.echo(_table(headers, rows))
+
+
+@cli.group()
+def dead() -> None:
+    """Dead jobs: kept, inspectable, replayable."""
+
+
+@dead.command("list")
+@click.option("--queue", "-q", default=None)
+@click.option("--task", default=None)
+@click.option("--error-code", default=None)
+@click.option("--limit", type=int, default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_settings
+def dead_list(
+    settings: Settings,
+    queue: str | None,
+    task: str | None,
+    error_code: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List dead jobs, newest first."""
+    found = settings.client.list_jobs(
+        "dead", queue=queue, task=task, error_code=error_code, limit=limit
+    )
+    if as_json:
+        _emit_json([j.as_dict() for j in found])
+        return
+    if not found:
+        click.echo("no dead jobs")
+        return
+    now = dt.datetime.now(dt.UTC)
+    rows = [
+        [
+            j.job_id,
+            j.queue,
+            j.task,
+            j.last_error_code or "-",
+            j.attempt_count,
+            _age((now - j.finished_at).total_seconds()) if j.finished_at else "-",
+        ]
+        for j in found
+    ]
+    click.echo(_table(["id", "queue", "task", "error", "attempts", "dead for"], rows))
+
+
+@cli.command()
+@click.argument("job_id", type=int)
+@click.option("--reason", required=True, help="What was fixed; stored in the audit trail.")
+@click.option("--actor", default=None, help="Who replays (default: $USER).")
+@click.option("--allow-cancelled", is_flag=True, help="Also replay a cancelled job.")
+@pass_settings
+def replay(
+    settings: Settings, job_id: int, reason: str, actor: str | None, allow_cancelled: bool
+) -> None:
+    """Bring a dead job back to pending under the same id (audited)."""
+    who = actor or os.environ.get("USER") or "operator"
+    if settings.client.replay(job_id, reason=reason, actor=who, allow_cancelled=allow_cancelled):
+        click.echo(f"job {job_id} replayed by {who}")
+        return
+    job = settings.client.get_job(job_id)
+    if job is None:
+        raise Failed(f"no job with id {job_id}")
+    allowed = "dead or cancelled" if allow_cancelled else "dead"
+    raise Failed(
+        f"job {job_id} is {job.status}, not {allowed}; only {allowed} jobs can be replayed"
+    )
+
+
+@cli.command()
+@click.argument("job_id", type=int)
+@click.option("--reason", default=None)
+@pass_settings
+def cancel(settings: Settings, job_id: int, reason: str | None) -> None:
+    """Cancel a pending job, or ask the worker running it to stop."""
+    who = os.environ.get("USER") or "operator"
+    if settings.client.cancel(job_id, actor=who, reason=reason):
+        job = settings.client.get_job(job_id)
+        state = "cancelled" if job and job.status == "cancelled" else "cancel requested"
+        click.echo(f"job {job_id}: {state}")
+        return
+    job = settings.client.get_job(job_id)
+    if job is None:
+        raise Failed(f"no job with id {job_id}")
+    raise Failed(f"job {job_id} is already {job.status}; nothing to cancel")
+
+
+@cli.command()
+@pass_settings
+def sweep(settings: Settings) -> None:
+    """Recover expired leases now (workers also do this on their own)."""
+    result = settings.client.sweep(actor="sweeper:cli")
+    click.echo(f"requeued {result.requeued}, dead {result.dead}")
+
+
+@cli.command()
+@click.option("--jobs", "count", type=int, default=40, show_default=True)
+@click.option("--schema", "demo_schema", default="leaseq_demo", show_default=True)
+@pass_settings
+def demo(settings: Settings, count: int, demo_schema: str) -> None:
+    """Migrate, enqueue a mixed batch, drain it with a worker, print the status."""
+    from leaseq import demo as demo_module
+
+    demo_module.run(settings.dsn, schema=demo_schema, count=count, echo=click.echo)
+
+
+@cli.group()
+def embedded() -> None:
+    """The private PostgreSQL used when no DSN is configured."""
+
+
+@embedded.command("status")
+@click.option("--json", "as_json", is_flag=True)
+def embedded_status(as_json: bool) -> None:
+    from leaseq.embedded import EmbeddedServer, default_data_dir
+
+    info = EmbeddedServer(default_data_dir()).status()
+    if as_json:
+        _emit_json({k: str(v) if v is not None else None for k, v in info.__dict__.items()})
+        return
+    state = "running" if info.running else "stopped"
+    click.echo(f"embedded PostgreSQL: {state}")
+    click.echo(f"data directory:      {info.data_dir}")
+    if info.running:
+        click.echo(f"pid:                 {info.pid}")
+        click.echo(f"dsn:                 {info.dsn}")
+
+
+@embedded.command("stop")
+def embedded_stop() -> None:
+    from leaseq.embedded import EmbeddedServer, default_data_dir
+
+    stopped = EmbeddedServer(default_data_dir()).stop()
+    click.echo("stopped" if stopped else "was not running")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point: run the command, turning every expected error into one line."""
+    fail = _fail
+    try:
+        result = cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except click.exceptions.Abort:
+        fail("interrupted", 130)
+    except click.ClickException as exc:
+        fail(exc.format_message(), exc.exit_code)
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except LeaseqError as exc:
+        fail(str(exc), EXIT_FAILED)
+    except psycopg.Error as exc:
+        fail(f"database error: {_one_line(exc)}", EXIT_FAILED)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    # click returns the exit code of --help/--version (0) instead of exiting.
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"leaseq: error: {message}", err=True)
+    sys.exit(code)

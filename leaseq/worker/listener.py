@@ -1,0 +1,54 @@
+"""LISTEN for enqueue notifications. Only a wake-up: the table stays the truth, and the
+worker polls on its own schedule whether or not this connection is alive."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+import psycopg
+from psycopg import sql
+
+from leaseq.client_async import AsyncClient
+from leaseq.errors import LeaseqError
+
+log = logging.getLogger("leaseq.worker")
+
+
+class Listener:
+    def __init__(self, client: AsyncClient, queues: frozenset[str], wake: asyncio.Event) -> None:
+        self._client = client
+        self._queues = queues
+        self._wake = wake
+        self.connected = False
+        self.notifications = 0
+
+    async def run(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                conn = await self._client.connect(autocommit=True)
+                try:
+                    await conn.execute(
+                        sql.SQL("LISTEN {}").format(sql.Identifier(self._client.channel))
+                    )
+                    self.connected = True
+                    delay = 0.1
+                    # Something may have been enqueued while we were not listening.
+                    self._wake.set()
+                    async for note in conn.notifies():
+                        self.notifications += 1
+                        if note.payload in self._queues:
+                            self._wake.set()
+                finally:
+                    self.connected = False
+                    await conn.close()
+            except (psycopg.Error, LeaseqError, OSError) as exc:
+                log.warning(
+                    "listener disconnected (%s); polling continues, reconnecting in %.1fs",
+                    str(exc).strip().splitlines()[0][:200] if str(exc).strip() else exc,
+                    delay,
+                )
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 10.0)
