@@ -190,8 +190,11 @@ class Client:
 
     def schema_version(self) -> int | None:
         """The applied schema version, or None when this schema was never migrated."""
-        rows = self._rows("schema_version", {"table": f"{self.schema}.schema_version"})
-        version = rows[0][0] if rows else None
+        table = f'"{self.schema}".schema_version'
+        exists = self._rows("version_table_exists", {"table": table})
+        if not exists[0][0]:
+            return None
+        version = (self._rows("schema_version"))[0][0]
         return int(version) if version is not None else None
 
     def check_schema(self) -> int:

@@ -39,7 +39,7 @@ class InvalidTransition(LeaseqError):
     """The requested operator action does not apply to the job's current state."""
 
 
-class Permanent(Exception):  # noqa: N818 - handlers raise it; the name reads as the policy
+class Permanent(Exception):
     """Raised by a handler: this failure will not improve with retries; the job goes dead.
 
     ``code`` is a short stable identifier stored in ``last_error_code``.
@@ -51,7 +51,7 @@ class Permanent(Exception):  # noqa: N818 - handlers raise it; the name reads as
         self.detail = detail
 
 
-class Retry(Exception):  # noqa: N818 - handlers raise it; the name reads as the policy
+class Retry(Exception):
     """Raised by a handler: a transient failure; retry (after ``retry_in`` seconds if given)."""
 
     def __init__(

@@ -29,7 +29,10 @@ TRANSITIONS: dict[str, tuple[JobStatus, frozenset[JobStatus]]] = {
     "claim": (JobStatus.PENDING, frozenset({JobStatus.RUNNING})),
     "heartbeat": (JobStatus.RUNNING, frozenset({JobStatus.RUNNING})),
     "complete": (JobStatus.RUNNING, frozenset({JobStatus.SUCCEEDED})),
-    "fail": (JobStatus.RUNNING, frozenset({JobStatus.PENDING, JobStatus.DEAD, JobStatus.CANCELLED})),
+    "fail": (
+        JobStatus.RUNNING,
+        frozenset({JobStatus.PENDING, JobStatus.DEAD, JobStatus.CANCELLED}),
+    ),
     "lease_expired": (JobStatus.RUNNING, frozenset({JobStatus.PENDING, JobStatus.DEAD})),
     "release": (JobStatus.RUNNING, frozenset({JobStatus.PENDING})),
     "cancel": (JobStatus.PENDING, frozenset({JobStatus.CANCELLED})),

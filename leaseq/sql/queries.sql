@@ -28,12 +28,12 @@ SELECT version FROM {schema}.schema_version ORDER BY version;
 -- name: record_version
 INSERT INTO {schema}.schema_version (version, name) VALUES (%(version)s, %(name)s);
 
+-- name: version_table_exists
+-- Asked first, so reading the version of a never-migrated schema is not an error.
+SELECT to_regclass(%(table)s) IS NOT NULL;
+
 -- name: schema_version
--- to_regclass avoids an error (and an aborted transaction) when nothing was migrated yet.
-SELECT CASE
-  WHEN to_regclass(%(table)s) IS NULL THEN NULL
-  ELSE (SELECT max(version) FROM {schema}.schema_version)
-END;
+SELECT max(version) FROM {schema}.schema_version;
 
 
 -- name: insert_job

@@ -1,0 +1,43 @@
+"""Small tools the tests share: moving time in the database, reading rows directly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+
+def expire_lease(dsn: str, schema: str, job_id: int, seconds_ago: float = 1.0) -> None:
+    """Make a lease look expired by moving its expiry into the past (database clock)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {}.jobs SET lease_expires_at = now() - make_interval(secs => %s) "
+                "WHERE id = %s AND status = 'running'"
+            ).format(sql.Identifier(schema)),
+            (seconds_ago, job_id),
+        )
+
+
+def make_available(dsn: str, schema: str) -> None:
+    """Pull every scheduled retry forward to now, instead of sleeping through back-off."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("UPDATE {}.jobs SET available_at = now() WHERE status = 'pending'").format(
+                sql.Identifier(schema)
+            )
+        )
+
+
+def rows(dsn: str, query: str, schema: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Run a query where ``{s}`` stands for the quoted schema."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        q = sql.SQL(query).format(s=sql.Identifier(schema))
+        return conn.execute(q, params).fetchall()
+
+
+def run_sql(dsn: str, query: str, schema: str, *params: Any) -> None:
+    """Execute a statement (no result expected) where ``{s}`` stands for the quoted schema."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL(query).format(s=sql.Identifier(schema)), params or None)

@@ -1,0 +1,175 @@
+"""Enqueue: alone, in bulk, and inside the caller's own transaction (with its NOTIFY)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import leaseq
+from leaseq import JobStatus
+from leaseq.client_async import notify_channel
+
+from .helpers import rows
+
+
+def _listener(dsn: str, schema: str) -> psycopg.Connection[tuple[object, ...]]:
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(notify_channel(schema))))
+    return conn
+
+
+def _notifications(conn: psycopg.Connection[tuple[object, ...]], wait: float) -> list[str]:
+    return [n.payload for n in conn.notifies(timeout=wait, stop_after=None)]
+
+
+def test_enqueue_stores_the_seed_columns(client: leaseq.Client, dsn: str, schema: str) -> None:
+    job_id = client.enqueue(
+        "mail.send", {"to": "a@b.c"}, queue="emails", priority=3, max_attempts=4
+    )
+    job = client.get_job(job_id)
+    assert job is not None
+    assert (job.task, job.queue, job.payload, job.priority, job.max_attempts) == (
+        "mail.send",
+        "emails",
+        {"to": "a@b.c"},
+        3,
+        4,
+    )
+    assert job.status is JobStatus.PENDING and job.attempt_count == 0 and job.lease_token == 0
+    cols = {
+        r[0]
+        for r in rows(
+            dsn,
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'jobs'",
+            schema,
+            schema,
+        )
+    }
+    assert {
+        "queue_name",
+        "payload",
+        "status",
+        "priority",
+        "available_at",
+        "attempt_count",
+        "max_attempts",
+        "lease_owner",
+        "lease_token",
+        "lease_expires_at",
+        "last_error_code",
+        "created_at",
+        "finished_at",
+        "task",
+    } <= cols
+
+
+def test_enqueue_many_returns_ids_in_input_order(client: leaseq.Client) -> None:
+    specs = [leaseq.JobSpec("t", {"i": i}, queue=("a" if i % 2 else "b")) for i in range(500)]
+    ids = client.enqueue_many(specs)
+    assert len(ids) == 500 and ids == sorted(ids)
+    for i in (0, 1, 250, 499):
+        job = client.get_job(ids[i])
+        assert job is not None and job.payload == {"i": i}
+    assert client.enqueue_many([]) == []
+
+
+def test_enqueue_many_with_a_bad_item_stores_nothing(client: leaseq.Client) -> None:
+    with pytest.raises(leaseq.ConfigError):
+        client.enqueue_many([{"task": "ok"}, {"task": "bad name!"}])
+    assert client.queue_stats() == []
+
+
+def test_enqueue_in_rolled_back_transaction_leaves_no_job_and_wakes_nobody(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    listener = _listener(dsn, schema)
+    try:
+        with psycopg.connect(dsn) as conn:
+            client.enqueue("t", {"x": 1}, connection=conn)
+            client.enqueue_many([{"task": "t"}], connection=conn)
+            conn.rollback()
+        assert _notifications(listener, 0.3) == []
+        assert client.queue_stats() == []
+    finally:
+        listener.close()
+
+
+def test_enqueue_in_committed_transaction_wakes_after_commit(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    listener = _listener(dsn, schema)
+    try:
+        with psycopg.connect(dsn) as conn:
+            job_id = client.enqueue("t", queue="emails", connection=conn)
+            assert _notifications(listener, 0.2) == [], "NOTIFY must wait for the commit"
+            conn.execute("SELECT 1")  # the caller's own work in the same transaction
+            conn.commit()
+        assert _notifications(listener, 2.0) == ["emails"]
+        job = client.get_job(job_id)
+        assert job is not None and job.status is JobStatus.PENDING
+    finally:
+        listener.close()
+
+
+async def test_async_enqueue_joins_the_callers_transaction(
+    aclient: leaseq.AsyncClient, dsn: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        job_id = await aclient.enqueue("t", connection=conn)
+        await conn.rollback()
+    assert await aclient.get_job(job_id) is None
+
+
+def test_scheduled_job_does_not_notify(client: leaseq.Client, dsn: str, schema: str) -> None:
+    listener = _listener(dsn, schema)
+    try:
+        client.enqueue("t", delay=dt.timedelta(hours=1))
+        client.enqueue("t", run_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+        assert _notifications(listener, 0.3) == []
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"task": "has space"}, leaseq.ConfigError),
+        ({"task": "x'; DROP TABLE jobs; --"}, leaseq.ConfigError),
+        ({"task": ""}, leaseq.ConfigError),
+        ({"task": "t" * 129}, leaseq.ConfigError),
+        ({"task": "t", "queue": 'quo"te'}, leaseq.ConfigError),
+        ({"task": "t", "queue": "ünïcode"}, leaseq.ConfigError),
+        ({"task": "t", "priority": 40000}, leaseq.ConfigError),
+        ({"task": "t", "priority": -40000}, leaseq.ConfigError),
+        ({"task": "t", "priority": True}, leaseq.ConfigError),
+        ({"task": "t", "max_attempts": 0}, leaseq.ConfigError),
+        ({"task": "t", "delay": -1}, leaseq.ConfigError),
+        ({"task": "t", "delay": 1, "run_at": dt.datetime.now(dt.UTC)}, leaseq.ConfigError),
+        ({"task": "t", "run_at": dt.datetime(2030, 1, 1)}, leaseq.ConfigError),
+        ({"task": "t", "payload": {"x": object()}}, leaseq.PayloadError),
+        ({"task": "t", "payload": float("nan")}, leaseq.PayloadError),
+        ({"task": "t", "payload": "x" * (1024 * 1024 + 1)}, leaseq.PayloadError),
+        ({"task": "t", "payload": "nul\x00byte"}, leaseq.PayloadError),
+    ],
+)
+def test_bad_input_gets_a_clear_error_and_stores_nothing(
+    client: leaseq.Client, kwargs: dict[str, object], error: type[Exception]
+) -> None:
+    with pytest.raises(error) as info:
+        client.enqueue(**kwargs)  # type: ignore[arg-type]
+    message = str(info.value)
+    assert message and "\n" not in message
+    assert client.queue_stats() == []
+
+
+def test_payload_round_trips_unicode_and_nesting(client: leaseq.Client) -> None:
+    payload = {"name": "Zoë 🚀", "nested": [1, 2.5, None, {"deep": True}], "quote": 'it\'s "x"'}
+    job_id = client.enqueue("t", payload)
+    (lease,) = client.claim(worker="w")
+    assert lease.job_id == job_id and lease.payload == payload
+    assert json.loads(json.dumps(lease.payload)) == payload
