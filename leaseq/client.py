@@ -319,17 +319,17 @@ class Client:
         rows = self._rows(
             "heartbeat_jobs", {**_fence_arrays(leases), "lease_seconds": seconds}
         )
-        renewed = {int(row[0]): row[1] for row in rows}
+        kept = {(int(row[0]), int(row[1])) for row in rows}
         return Heartbeat(
-            renewed=renewed,
-            lost=frozenset(x.job_id for x in leases if x.job_id not in renewed),
-            cancel_requested=frozenset(int(row[0]) for row in rows if row[2]),
+            renewed={int(row[0]): row[2] for row in rows},
+            lost=frozenset((x.job_id, x.token) for x in leases) - kept,
+            cancel_requested=frozenset(int(row[0]) for row in rows if row[3]),
         )
 
     def heartbeat(self, lease: Lease, *, lease_seconds: float | None = None) -> bool:
         """Extend the lease; False means it was lost and nothing changed."""
         result = self.heartbeat_many([lease], lease_seconds=lease_seconds)
-        return lease.job_id in result.renewed
+        return (lease.job_id, lease.token) not in result.lost
 
     def complete_many(
         self, leases: Sequence[Lease], *, connection: Connection[Any] | None = None

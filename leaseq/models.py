@@ -45,10 +45,14 @@ class Failure:
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """Outcome of renewing a set of leases."""
+    """Outcome of renewing a set of leases.
+
+    ``renewed`` maps job id to the new expiry; ``lost`` holds the (job id, token) pairs
+    that were refused (a job can appear under an old token while a newer lease lives).
+    """
 
     renewed: dict[int, dt.datetime]
-    lost: frozenset[int]
+    lost: frozenset[tuple[int, int]]
     cancel_requested: frozenset[int]
 
 

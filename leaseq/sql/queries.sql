@@ -109,7 +109,7 @@ WHERE j.id = l.id
   AND j.lease_owner = l.owner
   AND j.lease_token = l.token
   AND j.lease_expires_at > now()
-RETURNING j.id, j.lease_expires_at, j.cancel_requested_at IS NOT NULL;
+RETURNING j.id, j.lease_token, j.lease_expires_at, j.cancel_requested_at IS NOT NULL;
 
 -- name: complete_jobs
 -- Fenced success for a batch; rows missing from RETURNING were not ours any more.

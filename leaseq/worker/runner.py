@@ -86,7 +86,9 @@ class Worker:
             application_name="leaseq-worker",
         )
         self.stats = WorkerStats()
-        self._running: dict[int, _Running] = {}
+        # Keyed by (job id, token): after a lease loss this worker may reclaim the same job
+        # while its stale attempt is still winding down; the two must not be confused.
+        self._running: dict[tuple[int, int], _Running] = {}
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -257,7 +259,7 @@ class Worker:
     def _start(self, lease: Lease) -> None:
         ctx = JobContext(lease, self.worker_id)
         running = _Running(lease, ctx)
-        self._running[lease.job_id] = running
+        self._running[(lease.job_id, lease.token)] = running
         running.task = asyncio.create_task(
             self._run_job(running), name=f"leaseq-job-{lease.job_id}"
         )
@@ -290,7 +292,7 @@ class Worker:
             if not ctx.lease_lost:
                 raise
         finally:
-            self._running.pop(lease.job_id, None)
+            self._running.pop((lease.job_id, lease.token), None)
             self._slot_freed.set()
 
     async def _execute(self, lease: Lease, ctx: JobContext) -> Lease | Failure:
@@ -344,10 +346,11 @@ class Worker:
             log.warning("lease renewal failed (%s); will retry next tick", _first_line(exc))
             return
         for running in current:
-            job_id = running.lease.job_id
-            if job_id in result.lost and job_id in self._running:
-                self._lose(running)
-            elif job_id in result.cancel_requested:
+            key = (running.lease.job_id, running.lease.token)
+            if key in result.lost:
+                if key in self._running and not running.ctx.lease_lost:
+                    self._lose(running)
+            elif key[0] in result.cancel_requested:
                 running.ctx.mark_cancel_requested()
 
     def _lose(self, running: _Running) -> None:

@@ -1,0 +1,5 @@
+"""``python -m leaseq`` runs the command line."""
+
+from leaseq.cli import main
+
+main()

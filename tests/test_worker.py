@@ -1,0 +1,328 @@
+"""The worker: claim → handler → fenced completion, on a real PostgreSQL.
+
+In-process tests drive ``Worker`` on an event loop; the process tests run
+``leaseq worker`` as a real child process and kill it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import leaseq
+from leaseq import JobStatus, Permanent, Retry
+
+from .helpers import expire_lease, rows
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _app(dsn: str, schema: str) -> leaseq.App:
+    return leaseq.App(dsn, schema=schema, retry_policy=leaseq.RetryPolicy(base=0.01, cap=0.05))
+
+
+def _config(**overrides: Any) -> leaseq.WorkerConfig:
+    settings: dict[str, Any] = {"poll_interval": 0.05, "lease_seconds": 30, "drain": True}
+    settings.update(overrides)
+    return leaseq.WorkerConfig(**settings)
+
+
+async def test_worker_drains_every_path_of_the_state_machine(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    app = _app(dsn, schema)
+    seen_threads: set[str] = set()
+
+    @app.task(name="ok_async")
+    async def ok_async(ctx: leaseq.JobContext, payload: Any) -> None:
+        assert ctx.job_id > 0 and ctx.attempt == 1
+
+    @app.task(name="ok_sync")
+    def ok_sync(ctx: leaseq.JobContext, payload: Any) -> None:
+        seen_threads.add(threading.current_thread().name)
+
+    @app.task(name="flaky", max_attempts=5)
+    def flaky(ctx: leaseq.JobContext, payload: Any) -> None:
+        if ctx.attempt < 3:
+            raise Retry("TIMEOUT", retry_in=0.01)
+
+    @app.task(name="broken", max_attempts=5)
+    async def broken(ctx: leaseq.JobContext, payload: Any) -> None:
+        raise Permanent("INVALID_PAYLOAD", "no amount")
+
+    @app.task(name="crashes", max_attempts=3)
+    def crashes(ctx: leaseq.JobContext, payload: Any) -> None:
+        raise ZeroDivisionError("boom")
+
+    ids = {
+        "ok_async": [ok_async.name and client.enqueue("ok_async") for _ in range(20)],
+        "ok_sync": [client.enqueue("ok_sync") for _ in range(20)],
+        "flaky": [client.enqueue("flaky", max_attempts=5)],
+        "broken": [client.enqueue("broken")],
+        "crashes": [client.enqueue("crashes", max_attempts=3)],
+        "unknown": [client.enqueue("nobody.handles.this")],
+    }
+    stats = await asyncio.wait_for(leaseq.Worker(app, _config(concurrency=4)).run(), 60)
+
+    def status(job_id: int) -> leaseq.Job:
+        job = client.get_job(job_id)
+        assert job is not None
+        return job
+
+    assert all(status(i).status is JobStatus.SUCCEEDED for i in ids["ok_async"] + ids["ok_sync"])
+    assert all(name.startswith("leaseq-job") for name in seen_threads)
+    flaky_job = status(ids["flaky"][0])
+    assert (flaky_job.status, flaky_job.attempt_count) == (JobStatus.SUCCEEDED, 3)
+    broken_job = status(ids["broken"][0])
+    assert (broken_job.status, broken_job.attempt_count, broken_job.last_error_code) == (
+        JobStatus.DEAD,
+        1,
+        "INVALID_PAYLOAD",
+    )
+    crash_job = status(ids["crashes"][0])
+    assert (crash_job.status, crash_job.attempt_count, crash_job.last_error_code) == (
+        JobStatus.DEAD,
+        3,
+        "ZeroDivisionError",
+    )
+    assert crash_job.last_error_detail and "boom" in crash_job.last_error_detail
+    unknown_job = status(ids["unknown"][0])
+    assert (unknown_job.status, unknown_job.last_error_code) == (JobStatus.DEAD, "UNKNOWN_TASK")
+    assert stats.succeeded == 41 and stats.lost_leases == 0
+
+
+async def test_lost_lease_cancels_async_handler_and_reports_nothing(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    app = _app(dsn, schema)
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    @app.task(name="slow")
+    async def slow(ctx: leaseq.JobContext, payload: Any) -> None:
+        if ctx.fencing_token > 1:
+            return  # a later claim (after a sweep) just finishes
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        raise AssertionError("the first attempt must never get here")
+
+    job_id = client.enqueue("slow")
+    worker = leaseq.Worker(app, _config(lease_seconds=0.9, drain=False, shutdown_timeout=5))
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), 10)
+    expire_lease(dsn, schema, job_id, seconds_ago=0.1)  # as if the worker had stalled
+    await asyncio.wait_for(cancelled.wait(), 5)
+    worker.stop()
+    stats = await asyncio.wait_for(run, 10)
+    assert stats.lost_leases == 1 and stats.failed == 0
+    assert not [
+        e for e in client.job_events(job_id) if e.lease_token == 1 and e.actor == worker.worker_id
+    ]
+    job = client.get_job(job_id)
+    assert job is not None
+    # Either nobody swept yet (still running under the dead token 1) or a later claim won;
+    # never a success recorded under token 1.
+    assert (job.status, job.lease_token) in {
+        (JobStatus.RUNNING, 1),
+        (JobStatus.PENDING, 1),
+        (JobStatus.SUCCEEDED, 2),
+    }
+
+
+async def test_lost_lease_tells_sync_handler_through_ctx(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    app = _app(dsn, schema)
+    observed: dict[str, Any] = {}
+    started = threading.Event()
+
+    @app.task(name="slow_sync")
+    def slow_sync(ctx: leaseq.JobContext, payload: Any) -> None:
+        if ctx.fencing_token > 1:
+            return
+        started.set()
+        deadline = time.monotonic() + 10
+        while not ctx.lease_lost and time.monotonic() < deadline:
+            time.sleep(0.02)
+        observed["lost"] = ctx.lease_lost
+        try:
+            ctx.progress()
+        except leaseq.LeaseLost as exc:
+            observed["raised"] = str(exc)
+
+    job_id = client.enqueue("slow_sync")
+    worker = leaseq.Worker(app, _config(lease_seconds=0.9, drain=False, shutdown_timeout=5))
+    run = asyncio.create_task(worker.run())
+    await asyncio.to_thread(started.wait, 10)
+    expire_lease(dsn, schema, job_id, seconds_ago=0.1)
+    for _ in range(100):
+        if "lost" in observed:
+            break
+        await asyncio.sleep(0.05)
+    worker.stop()
+    stats = await asyncio.wait_for(run, 10)
+    assert observed["lost"] is True and "was lost" in observed["raised"]
+    assert stats.lost_leases == 1
+    job = client.get_job(job_id)
+    assert job is not None and not (job.status is JobStatus.SUCCEEDED and job.lease_token == 1)
+
+
+async def test_heartbeats_keep_a_long_job_alive(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    app = _app(dsn, schema)
+
+    @app.task(name="long")
+    async def long(ctx: leaseq.JobContext, payload: Any) -> None:
+        await asyncio.sleep(2.0)  # more than three lease lengths
+
+    job_id = client.enqueue("long")
+    stats = await asyncio.wait_for(leaseq.Worker(app, _config(lease_seconds=0.6)).run(), 30)
+    job = client.get_job(job_id)
+    assert job is not None and job.status is JobStatus.SUCCEEDED and job.lease_token == 1
+    assert stats.lost_leases == 0
+
+
+async def test_notify_wakes_an_idle_worker_before_its_poll(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    app = _app(dsn, schema)
+    ran = asyncio.Event()
+
+    @app.task(name="ping")
+    async def ping(ctx: leaseq.JobContext, payload: Any) -> None:
+        ran.set()
+
+    worker = leaseq.Worker(app, _config(poll_interval=30, drain=False))
+    run = asyncio.create_task(worker.run())
+    await asyncio.sleep(1.0)  # let it settle into its 30 s poll wait with the listener up
+    enqueued = time.monotonic()
+    await asyncio.to_thread(client.enqueue, "ping")
+    await asyncio.wait_for(ran.wait(), 5)
+    latency = time.monotonic() - enqueued
+    worker.stop()
+    await asyncio.wait_for(run, 10)
+    assert latency < 5, "only NOTIFY could have woken the worker this early"
+
+
+async def test_polling_alone_drains_without_listen(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    app = _app(dsn, schema)
+
+    @app.task(name="noop")
+    async def noop(ctx: leaseq.JobContext, payload: Any) -> None:
+        pass
+
+    client.enqueue_many([{"task": "noop"} for _ in range(50)])
+    stats = await asyncio.wait_for(leaseq.Worker(app, _config(listen=False)).run(), 30)
+    assert stats.succeeded == 50
+
+
+def test_bad_worker_settings_are_refused_up_front() -> None:
+    for bad in (
+        {"lease_seconds": 0},
+        {"concurrency": -1},
+        {"queues": ()},
+        {"queues": ("bad queue",)},
+        {"heartbeat_interval": 90, "lease_seconds": 60},
+    ):
+        with pytest.raises(leaseq.ConfigError):
+            leaseq.WorkerConfig(**bad)  # type: ignore[arg-type]
+
+
+# -- real worker processes --------------------------------------------------------------
+
+
+def _worker_env(dsn: str, schema: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(LEASEQ_DSN=dsn, LEASEQ_SCHEMA=schema, PYTHONPATH=str(ROOT))
+    return env
+
+
+def _leaseq(*args: str) -> list[str]:
+    return [sys.executable, "-m", "leaseq", *args]
+
+
+def test_cli_worker_burst_drains_and_reports(dsn: str, schema: str, client: leaseq.Client) -> None:
+    client.enqueue_many([{"task": "noop"} for _ in range(500)])
+    result = subprocess.run(
+        _leaseq("worker", "tests.apps.basic:app", "--burst", "--concurrency", "20"),
+        env=_worker_env(dsn, schema),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "processed 500 job(s)" in result.stdout
+    ((left,),) = rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE status <> 'succeeded'", schema)
+    assert left == 0
+
+
+def test_seed_2_worker_killed_after_claim_is_reclaimed_and_runs_once_more(
+    dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
+) -> None:
+    marker = tmp_path / "started"
+    job_id = client.enqueue("touch_then_sleep", {"marker": str(marker), "seconds": 60})
+    victim = subprocess.Popen(
+        _leaseq("worker", "tests.apps.basic:app", "--lease-seconds", "2", "--poll-interval", "0.1"),
+        env=_worker_env(dsn, schema),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the worker never started the job"
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(10)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+    job = client.get_job(job_id)
+    assert job is not None and job.status is JobStatus.RUNNING  # the crash left it running
+    # The survivor sweeps the expired lease (the kill left it to run out), then runs the job.
+    rows(
+        dsn,
+        "UPDATE {s}.jobs SET payload = jsonb_set(payload, '{{seconds}}', '0') RETURNING 1",
+        schema,
+    )
+    expire_lease(dsn, schema, job_id)
+    survivor = subprocess.run(
+        _leaseq(
+            "worker",
+            "tests.apps.basic:app",
+            "--drain",
+            "--poll-interval",
+            "0.05",
+            "--sweep-interval",
+            "0.1",
+        ),
+        env=_worker_env(dsn, schema),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert survivor.returncode == 0, survivor.stderr
+    job = client.get_job(job_id)
+    assert job is not None and job.status is JobStatus.SUCCEEDED
+    assert job.lease_token == 2 and job.attempt_count == 2
+    runs = marker.read_text().splitlines()
+    assert [line.split(":")[1] for line in runs] == ["1", "2"], "ran under token 1, then 2"
