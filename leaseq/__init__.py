@@ -24,7 +24,16 @@ from leaseq.errors import (
 from leaseq.models import Failure, Heartbeat, Job, JobEvent, JobSpec, Lease, QueueStats, SweepResult
 from leaseq.retry import RetryPolicy
 from leaseq.states import JobStatus
-from leaseq.worker import JobContext, LeaseLost, Worker, WorkerConfig, WorkerStats, run_worker
+from leaseq.worker import (
+    JobAborted,
+    JobContext,
+    LeaseLost,
+    QueueSettings,
+    Worker,
+    WorkerConfig,
+    WorkerStats,
+    run_worker,
+)
 
 __version__ = "0.1.0"
 
@@ -39,6 +48,7 @@ __all__ = [
     "Heartbeat",
     "InvalidTransition",
     "Job",
+    "JobAborted",
     "JobContext",
     "JobEvent",
     "JobNotFound",
@@ -49,6 +59,7 @@ __all__ = [
     "LeaseqError",
     "PayloadError",
     "Permanent",
+    "QueueSettings",
     "QueueStats",
     "Retry",
     "RetryPolicy",

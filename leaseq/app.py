@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 Handler = Callable[["JobContext", Any], Any]
 
+#: Renewal policies. ``progress`` (default): a lease is renewed only while the handler has
+#: called ``ctx.progress()`` within the last lease length, so a stuck handler loses its job.
+#: ``alive``: renewed for as long as the handler runs (bounded only by ``max_runtime``).
+RENEW_POLICIES = ("progress", "alive")
+
 
 class Task:
     """A registered handler. Call ``enqueue`` to schedule it; the worker calls the handler
@@ -31,6 +36,8 @@ class Task:
         queue: str,
         max_attempts: int,
         priority: int,
+        max_runtime: float | None = None,
+        renew: str = "progress",
     ) -> None:
         self.app = app
         self.fn = fn
@@ -38,6 +45,14 @@ class Task:
         self.queue = validate.check_name("queue", queue)
         self.max_attempts = validate.check_max_attempts(max_attempts)
         self.priority = validate.check_priority(priority)
+        self.max_runtime = (
+            None
+            if max_runtime is None
+            else validate.check_positive_seconds("max_runtime", max_runtime)
+        )
+        if renew not in RENEW_POLICIES:
+            raise ConfigError(f"renew must be one of {', '.join(RENEW_POLICIES)}, got {renew!r}")
+        self.renew = renew
         self.is_async = inspect.iscoroutinefunction(fn)
 
     def __call__(self, ctx: JobContext, payload: Any) -> Any:
@@ -104,6 +119,8 @@ class App:
         queue: str = "default",
         max_attempts: int = 8,
         priority: int = 0,
+        max_runtime: float | None = None,
+        renew: str = "progress",
     ) -> Callable[[Handler], Task]: ...
 
     def task(
@@ -115,8 +132,14 @@ class App:
         queue: str = "default",
         max_attempts: int = 8,
         priority: int = 0,
+        max_runtime: float | None = None,
+        renew: str = "progress",
     ) -> Task | Callable[[Handler], Task]:
         """Register a handler, as ``@app.task`` or ``@app.task(name=..., queue=...)``.
+
+        ``max_runtime`` (seconds) stops an attempt that runs longer, whatever its lease
+        renewals; it then fails with ``MAX_RUNTIME_EXCEEDED`` and is retried or dead by the
+        retry policy. ``renew`` picks the lease renewal policy (see ``RENEW_POLICIES``).
 
         The default name is ``module.function``, so it survives refactors only if the
         function stays put; give ``name=`` for tasks with jobs already in flight.
@@ -133,6 +156,8 @@ class App:
                 queue=queue,
                 max_attempts=max_attempts,
                 priority=priority,
+                max_runtime=max_runtime,
+                renew=renew,
             )
             self.tasks[task_name] = task
             return task

@@ -22,11 +22,14 @@ from typing import Any, NoReturn
 import click
 import psycopg
 
+from leaseq import validate
 from leaseq.app import App
 from leaseq.client import Client
 from leaseq.errors import ConfigError, LeaseqError
 from leaseq.models import Job, QueueStats
-from leaseq.worker import WorkerConfig, run_worker
+from leaseq.worker import QueueSettings, WorkerConfig, run_worker
+from leaseq.worker.runner import exit_code
+from leaseq.worker.supervisor import Supervisor, child_command
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -99,7 +102,9 @@ def render_status(stats: Sequence[QueueStats]) -> str:
     return _table(headers, rows)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "LEASEQ"}
+)
 @click.option(
     "--dsn",
     envvar="LEASEQ_DSN",
@@ -194,15 +199,46 @@ def load_app(ref: str) -> App:
     return app
 
 
+def _queue_settings(specs: tuple[str, ...], app: App, any_queue: bool) -> tuple[QueueSettings, ...]:
+    queues = tuple(QueueSettings.parse(spec) for spec in specs) or (QueueSettings("default"),)
+    known = {task.queue for task in app.tasks.values()}
+    unknown = [q.name for q in queues if q.name not in known]
+    if unknown and not any_queue:
+        raise ConfigError(
+            f"queue {unknown[0]!r} is not used by any task of this app (its tasks use: "
+            f"{', '.join(sorted(known)) or 'none'}); pass --any-queue to serve it anyway"
+        )
+    return queues
+
+
 @cli.command()
 @click.argument("app_ref", metavar="MODULE:APP")
-@click.option("--queue", "-q", "queues", multiple=True, help="Queue to serve (repeatable).")
+@click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    help="Queue to serve, repeatable; NAME or NAME:lease=SECONDS,batch=N. Default: default.",
+)
+@click.option("--any-queue", is_flag=True, help="Allow queues no task of the app declares.")
 @click.option("--concurrency", "-c", type=int, default=10, show_default=True)
+@click.option(
+    "--prefetch", type=int, default=0, show_default=True, help="Leases held beyond free slots."
+)
+@click.option(
+    "--processes",
+    "-p",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Supervise N worker processes.",
+)
 @click.option("--lease-seconds", type=float, default=60.0, show_default=True)
 @click.option("--batch-size", type=int, default=100, show_default=True)
 @click.option("--poll-interval", type=float, default=2.0, show_default=True)
 @click.option("--sweep-interval", type=float, default=15.0, show_default=True)
 @click.option("--shutdown-timeout", type=float, default=30.0, show_default=True)
+@click.option("--op-timeout", type=float, default=10.0, show_default=True)
 @click.option("--no-listen", is_flag=True, help="Do not LISTEN; rely on polling only.")
 @click.option("--burst", is_flag=True, help="Exit once nothing is claimable and nothing runs.")
 @click.option("--drain", is_flag=True, help="Exit once the queues have no pending job at all.")
@@ -212,18 +248,27 @@ def worker(
     settings: Settings,
     app_ref: str,
     queues: tuple[str, ...],
+    any_queue: bool,
     concurrency: int,
+    prefetch: int,
+    processes: int,
     lease_seconds: float,
     batch_size: int,
     poll_interval: float,
     sweep_interval: float,
     shutdown_timeout: float,
+    op_timeout: float,
     no_listen: bool,
     burst: bool,
     drain: bool,
     worker_id: str | None,
 ) -> None:
-    """Run a worker for the tasks of MODULE:APP until stopped (SIGTERM/SIGINT)."""
+    """Run a worker for the tasks of MODULE:APP until stopped (SIGTERM/SIGINT).
+
+    Every option can also come from the environment: LEASEQ_WORKER_<OPTION>, e.g.
+    LEASEQ_WORKER_CONCURRENCY=20. Exit codes: 0 clean stop, 3 running jobs had to be
+    abandoned at shutdown (they are retried), 1 error, 2 bad configuration.
+    """
     app = load_app(app_ref)
     if settings.dsn:
         app.dsn = settings.dsn
@@ -231,18 +276,26 @@ def worker(
         app.schema = settings.schema
     extra: dict[str, Any] = {"worker_id": worker_id} if worker_id else {}
     config = WorkerConfig(
-        queues=queues or ("default",),
+        queues=_queue_settings(queues, app, any_queue),
         concurrency=concurrency,
+        prefetch=prefetch,
         lease_seconds=lease_seconds,
         batch_size=batch_size,
         poll_interval=poll_interval,
         sweep_interval=sweep_interval,
         shutdown_timeout=shutdown_timeout,
+        op_timeout=op_timeout,
         listen=not no_listen,
         burst=burst,
         drain=drain,
         **extra,
     )
+    validate.check_int("processes", processes, 1, 256)
+    if processes > 1:
+        if worker_id:
+            raise ConfigError("--worker-id names one process; it cannot be used with --processes")
+        command = [sys.executable, "-m", "leaseq", *child_command(sys.argv[1:])]
+        sys.exit(Supervisor(command, processes, restart=not (burst or drain)).run())
     started = time.monotonic()
     stats = run_worker(app, config)
     elapsed = time.monotonic() - started
@@ -253,6 +306,9 @@ def worker(
             f"{stats.succeeded} succeeded, {stats.failed} failed, "
             f"{stats.lost_leases + stats.lost_fence_writes} lost lease(s)"
         )
+    code = exit_code(stats)
+    if code:
+        sys.exit(code)
 
 
 @cli.command()

@@ -97,10 +97,9 @@ class Client:
     def connect(self, **kwargs: Any) -> Connection[TupleRow]:
         """A new connection of the caller's own (not from the pool), e.g. for LISTEN."""
         dsn = self.dsn()
+        kwargs.setdefault("application_name", self._application_name)
         try:
-            return Connection.connect(
-                dsn, application_name=self._application_name, **kwargs
-            )
+            return Connection.connect(dsn, **kwargs)
         except psycopg.Error as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise DatabaseUnavailable(
@@ -418,10 +417,10 @@ class Client:
                     decide_failure(
                         attempt=attempt,
                         max_attempts=max_attempts,
-                        retryable=not cancel_requested,
+                        retryable=True,
                         delay=self.retry_policy.delay(attempt),
                     )
-                    for (_, _, _, attempt, max_attempts, cancel_requested) in locked
+                    for (_, _, _, attempt, max_attempts) in locked
                 ]
                 cur = conn.execute(
                     self.queries["expire_leases"],

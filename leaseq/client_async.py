@@ -97,10 +97,9 @@ class AsyncClient:
     async def connect(self, **kwargs: Any) -> AsyncConnection[TupleRow]:
         """A new connection of the caller's own (not from the pool), e.g. for LISTEN."""
         dsn = await self.dsn()
+        kwargs.setdefault("application_name", self._application_name)
         try:
-            return await AsyncConnection.connect(
-                dsn, application_name=self._application_name, **kwargs
-            )
+            return await AsyncConnection.connect(dsn, **kwargs)
         except psycopg.Error as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise DatabaseUnavailable(
@@ -418,10 +417,10 @@ class AsyncClient:
                     decide_failure(
                         attempt=attempt,
                         max_attempts=max_attempts,
-                        retryable=not cancel_requested,
+                        retryable=True,
                         delay=self.retry_policy.delay(attempt),
                     )
-                    for (_, _, _, attempt, max_attempts, cancel_requested) in locked
+                    for (_, _, _, attempt, max_attempts) in locked
                 ]
                 cur = await conn.execute(
                     self.queries["expire_leases"],

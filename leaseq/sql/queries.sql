@@ -199,8 +199,7 @@ RETURNING job_id;
 -- name: lock_expired_leases
 -- First half of the sweep: lock a bounded batch of expired leases. SKIP LOCKED lets
 -- several sweepers run at once without waiting on each other or taking the same row.
-SELECT id, lease_token, lease_owner, attempt_count, max_attempts,
-       cancel_requested_at IS NOT NULL
+SELECT id, lease_token, lease_owner, attempt_count, max_attempts
 FROM {schema}.jobs
 WHERE status = 'running'
   AND lease_expires_at <= now()
@@ -210,8 +209,8 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: expire_leases
 -- Second half of the sweep, same transaction: apply the per-job decisions made in Python
--- by the retry policy. Still fenced by token and "expired", so it can only touch the rows
--- the first half locked.
+-- by the retry policy (a cancel request turns a retry into cancelled, as in fail_jobs).
+-- Still fenced by token and "expired", so it only touches rows the first half locked.
 WITH d AS (
   SELECT *
   FROM unnest(
@@ -219,12 +218,19 @@ WITH d AS (
   ) AS d(id, token, to_status, delay)
 ), upd AS (
   UPDATE {schema}.jobs AS j
-  SET status = d.to_status::{schema}.job_status,
+  SET status = CASE
+        WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+        ELSE d.to_status::{schema}.job_status
+      END,
       available_at = CASE
-        WHEN d.to_status = 'pending' THEN now() + make_interval(secs => d.delay)
+        WHEN j.cancel_requested_at IS NULL AND d.to_status = 'pending'
+          THEN now() + make_interval(secs => d.delay)
         ELSE j.available_at
       END,
-      finished_at = CASE WHEN d.to_status = 'pending' THEN NULL ELSE now() END,
+      finished_at = CASE
+        WHEN j.cancel_requested_at IS NULL AND d.to_status = 'pending' THEN NULL
+        ELSE now()
+      END,
       lease_owner = NULL,
       lease_expires_at = NULL,
       last_error_code = 'LEASE_EXPIRED',

@@ -1,12 +1,14 @@
 """The worker runtime: claim, run outside any transaction, renew, report."""
 
-from leaseq.worker.config import WorkerConfig, default_worker_id
-from leaseq.worker.context import JobContext, LeaseLost
+from leaseq.worker.config import QueueSettings, WorkerConfig, default_worker_id
+from leaseq.worker.context import JobAborted, JobContext, LeaseLost
 from leaseq.worker.runner import Worker, WorkerStats, run_worker
 
 __all__ = [
+    "JobAborted",
     "JobContext",
     "LeaseLost",
+    "QueueSettings",
     "Worker",
     "WorkerConfig",
     "WorkerStats",

@@ -2,44 +2,57 @@
 
 A job counts as done only when the statement that records it has committed; the caller
 awaits its future and learns whether the lease still held (True) or was lost (False).
+During an outage the write is retried with backoff, but only while the lease can still be
+valid: once its local deadline has passed, the fence would refuse it anyway.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
-
-import psycopg
 
 from leaseq.client_async import AsyncClient
 from leaseq.models import Failure, Lease
-
-log = logging.getLogger("leaseq.worker")
+from leaseq.worker.outage import TRANSIENT, Outage
 
 Outcome = Lease | Failure  # a bare Lease means success
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass
 class _Pending:
     outcome: Outcome
+    deadline: float
     done: asyncio.Future[bool]
+
+    @property
+    def lease(self) -> Lease:
+        return self.outcome if isinstance(self.outcome, Lease) else self.outcome.lease
 
 
 class Completer:
-    def __init__(self, client: AsyncClient, *, max_batch: int = 500) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        outage: Outage | None = None,
+        max_batch: int = 500,
+        op_timeout: float = 10.0,
+    ) -> None:
         self._client = client
+        self._outage = outage or Outage()
         self._max_batch = max_batch
+        self._op_timeout = op_timeout
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
 
-    async def report(self, outcome: Outcome) -> bool:
-        """Queue an outcome and wait until it is committed; False means the lease was lost."""
+    async def report(self, outcome: Outcome, *, deadline: float) -> bool:
+        """Queue an outcome and wait until it is committed; False means the lease was lost.
+
+        ``deadline`` is the monotonic time after which the lease has surely expired.
+        """
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(outcome, future))
+        await self._queue.put(_Pending(outcome, deadline, future))
         return await future
 
     def idle(self) -> bool:
@@ -54,31 +67,40 @@ class Completer:
             await self._flush(batch)
 
     async def _flush(self, batch: list[_Pending]) -> None:
-        successes = [p.outcome for p in batch if isinstance(p.outcome, Lease)]
-        failures = [p.outcome for p in batch if isinstance(p.outcome, Failure)]
-        completed = await self._retrying(self._client.complete_many, successes)
-        failed = set(await self._retrying(self._client.fail_many, failures))
+        successes = [p for p in batch if isinstance(p.outcome, Lease)]
+        failures = [p for p in batch if isinstance(p.outcome, Failure)]
+        done = await self._write(self._complete, successes)
+        done |= await self._write(self._fail, failures)
         for pending in batch:
-            outcome = pending.outcome
-            if isinstance(outcome, Lease):
-                ok = outcome.job_id in completed
-            else:
-                ok = outcome.lease.job_id in failed
             if not pending.done.done():
-                pending.done.set_result(ok)
+                pending.done.set_result(pending.lease.job_id in done)
 
-    async def _retrying(self, write: Callable[[list[T]], Awaitable[R]], items: list[T]) -> R:
-        """Run one fenced write, retrying through connection trouble.
+    async def _complete(self, pending: list[_Pending]) -> set[int]:
+        return await self._client.complete_many([p.lease for p in pending])
 
-        Retrying is safe because the write is fenced: if the first try did commit before
-        the connection broke, the retry finds the lease gone and reports it as not ours,
-        which errs on the side of never claiming a success we cannot see.
+    async def _fail(self, pending: list[_Pending]) -> set[int]:
+        failures = [p.outcome for p in pending if isinstance(p.outcome, Failure)]
+        return set(await self._client.fail_many(failures))
+
+    async def _write(
+        self, write: Callable[[list[_Pending]], Awaitable[set[int]]], pending: list[_Pending]
+    ) -> set[int]:
+        """One fenced batch write, retried through connection trouble; returns the ids the
+        database accepted.
+
+        Retrying is safe because the write is fenced: if a try did commit before the
+        connection broke, the retry finds the lease gone and the job is reported as not
+        ours — erring on the side of never claiming a success we cannot see.
         """
-        delay = 0.05
-        while True:
+        while pending:
             try:
-                return await write(items)
-            except psycopg.OperationalError as exc:
-                log.warning("completion write failed (%s); retrying", str(exc).strip()[:200])
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                async with asyncio.timeout(self._op_timeout):
+                    accepted = await write(pending)
+                self._outage.ok()
+                return accepted
+            except TRANSIENT as exc:
+                self._outage.failed("completion", exc)
+                await asyncio.sleep(self._outage.backoff())
+                now = time.monotonic()
+                pending = [p for p in pending if p.deadline > now]
+        return set()

@@ -17,53 +17,121 @@ def default_worker_id() -> str:
 
 
 @dataclass(frozen=True)
+class QueueSettings:
+    """One queue a worker serves, with optional overrides of the worker-wide settings."""
+
+    name: str
+    lease_seconds: float | None = None
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        validate.check_name("queue", self.name)
+        if self.lease_seconds is not None:
+            validate.check_positive_seconds("lease_seconds", self.lease_seconds)
+        if self.batch_size is not None:
+            validate.check_int("batch_size", self.batch_size, 1, validate.CLAIM_LIMIT_MAX)
+
+    @classmethod
+    def parse(cls, text: str) -> QueueSettings:
+        """``NAME`` or ``NAME:lease=SECONDS,batch=N`` (the CLI's ``--queue`` syntax)."""
+        name, _, options = text.partition(":")
+        values: dict[str, str] = {}
+        for item in filter(None, options.split(",")):
+            key, eq, value = item.partition("=")
+            if not eq or key not in ("lease", "batch") or key in values:
+                raise ConfigError(
+                    f"bad queue option {item!r} in {text!r}: use NAME:lease=SECONDS,batch=N"
+                )
+            values[key] = value
+        try:
+            lease = float(values["lease"]) if "lease" in values else None
+            batch = int(values["batch"]) if "batch" in values else None
+        except ValueError:
+            raise ConfigError(f"bad number in queue option {text!r}") from None
+        return cls(name, lease, batch)
+
+
+@dataclass(frozen=True)
 class WorkerConfig:
     """How a worker claims and runs jobs.
 
-    - ``lease_seconds``: length of each lease, renewed every ``heartbeat_interval``.
+    - ``queues``: names or :class:`QueueSettings`; claimed from in turn.
+    - ``concurrency``: handlers running at once (slots).
+    - ``prefetch``: leases claimed beyond free slots, waiting to start. They hold jobs other
+      workers could run, so keep it small; unstarted leases are released (no attempt
+      charged) at shutdown.
+    - ``lease_seconds``: lease length (per queue overridable); renewed every third of it.
     - ``batch_size``: most jobs claimed in one statement (further bounded by free slots).
     - ``poll_interval``: the worker checks the table at least this often, NOTIFY or not.
     - ``sweep_interval``: how often this worker recovers expired leases (any worker may).
+    - ``op_timeout``: longest wait for one database statement before it counts as failed.
     - ``burst``: exit once nothing is claimable and nothing is running.
     - ``drain``: like burst, but also wait for scheduled retries of these queues.
     """
 
-    queues: tuple[str, ...] = ("default",)
+    queues: tuple[str | QueueSettings, ...] = ("default",)
     concurrency: int = 10
+    prefetch: int = 0
     lease_seconds: float = 60.0
     heartbeat_interval: float | None = None
     batch_size: int = 100
     poll_interval: float = 2.0
     sweep_interval: float = 15.0
     shutdown_timeout: float = 30.0
+    op_timeout: float = 10.0
     listen: bool = True
     burst: bool = False
     drain: bool = False
     worker_id: str = field(default_factory=default_worker_id)
 
     def __post_init__(self) -> None:
-        if not self.queues:
+        settings = tuple(
+            q if isinstance(q, QueueSettings) else QueueSettings(validate.check_name("queue", q))
+            for q in self.queues
+        )
+        object.__setattr__(self, "queues", settings)
+        if not settings:
             raise ConfigError("a worker needs at least one queue")
-        for queue in self.queues:
-            validate.check_name("queue", queue)
-        if len(set(self.queues)) != len(self.queues):
-            raise ConfigError(f"queue listed twice: {', '.join(self.queues)}")
+        names = [q.name for q in settings]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"queue listed twice: {', '.join(names)}")
         validate.check_int("concurrency", self.concurrency, 1, 10_000)
+        validate.check_int("prefetch", self.prefetch, 0, self.concurrency)
         validate.check_int("batch_size", self.batch_size, 1, validate.CLAIM_LIMIT_MAX)
         validate.check_positive_seconds("lease_seconds", self.lease_seconds)
         validate.check_positive_seconds("poll_interval", self.poll_interval, 3600)
         validate.check_positive_seconds("sweep_interval", self.sweep_interval, 3600)
         validate.check_positive_seconds("shutdown_timeout", self.shutdown_timeout, 86400)
+        validate.check_positive_seconds("op_timeout", self.op_timeout, 3600)
         validate.check_worker_id(self.worker_id)
+        if self.burst and self.drain:
+            raise ConfigError("choose --burst or --drain, not both")
         if self.heartbeat_interval is not None:
             validate.check_positive_seconds("heartbeat_interval", self.heartbeat_interval)
-            if self.heartbeat_interval >= self.lease_seconds:
+            shortest = min(self.lease_for(q) for q in settings)
+            if self.heartbeat_interval >= shortest:
                 raise ConfigError(
                     f"heartbeat_interval ({self.heartbeat_interval:g}s) must be shorter than "
-                    f"lease_seconds ({self.lease_seconds:g}s), or leases expire between renewals"
+                    f"the lease ({shortest:g}s), or leases expire between renewals"
                 )
 
     @property
+    def queue_settings(self) -> tuple[QueueSettings, ...]:
+        return tuple(q for q in self.queues if isinstance(q, QueueSettings))
+
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        return tuple(q.name for q in self.queue_settings)
+
+    def lease_for(self, queue: QueueSettings) -> float:
+        return queue.lease_seconds or self.lease_seconds
+
+    def batch_for(self, queue: QueueSettings) -> int:
+        return queue.batch_size or self.batch_size
+
+    @property
     def renew_every(self) -> float:
-        """Renew at a third of the lease, so two renewals can fail before it runs out."""
-        return self.heartbeat_interval or self.lease_seconds / 3
+        """Renew at a third of the shortest lease, so two renewals can fail before it ends."""
+        if self.heartbeat_interval is not None:
+            return self.heartbeat_interval
+        return min(self.lease_for(q) for q in self.queue_settings) / 3

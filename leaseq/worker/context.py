@@ -4,18 +4,28 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from leaseq.errors import LeaseqError
 from leaseq.models import Lease
 
-
-class LeaseLost(LeaseqError):
-    """Raised by :meth:`JobContext.progress` once the lease is gone: stop, report nothing."""
+LEASE_LOST = "LEASE_LOST"
 
 
-@dataclass
+class JobAborted(LeaseqError):
+    """Raised by :meth:`JobContext.progress` once the worker gave up on this attempt
+    (``reason``: ``NO_PROGRESS``, ``MAX_RUNTIME_EXCEEDED``, ``CANCELLED``, ``WORKER_SHUTDOWN``
+    or ``LEASE_LOST``). The worker has already recorded the outcome; just stop."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class LeaseLost(JobAborted):
+    """The lease is gone (expired, or taken by another worker): stop, report nothing."""
+
+
 class JobContext:
     """Per-attempt context passed to every handler as its first argument.
 
@@ -23,14 +33,23 @@ class JobContext:
     systems (e.g. as an ``Idempotency-Key`` header) so a retried attempt cannot act twice.
     ``fencing_token`` grows with every claim; a system that remembers the highest token it
     has seen can refuse a stale worker's late write.
+
+    Thread-safe: a sync handler calls :meth:`progress` from its thread while the worker's
+    event loop reads and aborts.
     """
 
-    lease: Lease
-    worker_id: str
-    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
-    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
-    _last_progress: float = field(default_factory=time.monotonic, repr=False)
-    progress_note: Any = None
+    __slots__ = ("_abort", "_aborted", "_last_progress", "lease", "progress_note", "worker_id")
+
+    def __init__(self, lease: Lease, worker_id: str) -> None:
+        self.lease = lease
+        self.worker_id = worker_id
+        self.progress_note: Any = None
+        self._last_progress = time.monotonic()
+        self._aborted = threading.Event()
+        self._abort: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<JobContext job={self.job_id} token={self.fencing_token} attempt={self.attempt}>"
 
     @property
     def job_id(self) -> int:
@@ -58,28 +77,47 @@ class JobContext:
 
     @property
     def lease_lost(self) -> bool:
-        """True once a renewal found the lease gone; the result will not be reported."""
-        return self._lost.is_set()
+        """True once the lease is known to be gone; the result will not be reported."""
+        return self._abort == LEASE_LOST
+
+    @property
+    def aborted(self) -> str | None:
+        """Why the worker gave up on this attempt (see :class:`JobAborted`), or None."""
+        return self._abort
 
     @property
     def cancel_requested(self) -> bool:
-        """True once an operator asked to cancel this running job."""
-        return self._cancel.is_set()
+        return self._abort == "CANCELLED"
 
     def progress(self, note: Any = None) -> None:
-        """Say the handler is making progress. Raises :class:`LeaseLost` if the lease is gone,
-        so a sync handler stops at its next checkpoint instead of working for nothing."""
-        if self._lost.is_set():
-            raise LeaseLost(f"lease on job {self.job_id} (token {self.fencing_token}) was lost")
+        """Report progress. Under the default renewal policy the lease is renewed only while
+        the handler reports progress at least once per lease length.
+
+        Raises :class:`LeaseLost` (or :class:`JobAborted`) once the worker gave up on this
+        attempt, so a sync handler stops at its next checkpoint instead of working for
+        nothing.
+        """
+        if self._aborted.is_set():
+            reason = self._abort or LEASE_LOST
+            message = f"job {self.job_id} (token {self.fencing_token}) aborted: {reason}"
+            raise (
+                LeaseLost(reason, message) if reason == LEASE_LOST else JobAborted(reason, message)
+            )
         self._last_progress = time.monotonic()
         self.progress_note = note
 
     @property
     def last_progress(self) -> float:
+        """``time.monotonic()`` of the last progress report (or of the start)."""
         return self._last_progress
 
-    def mark_lost(self) -> None:
-        self._lost.set()
+    def abort(self, reason: str) -> bool:
+        """Mark the attempt abandoned; False if it already was (the first reason wins)."""
+        if self._aborted.is_set():
+            return False
+        self._abort = reason
+        self._aborted.set()
+        return True
 
-    def mark_cancel_requested(self) -> None:
-        self._cancel.set()
+    def mark_started(self) -> None:
+        self._last_progress = time.monotonic()

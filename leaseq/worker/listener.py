@@ -12,8 +12,12 @@ from psycopg import sql
 
 from leaseq.client_async import AsyncClient
 from leaseq.errors import LeaseqError
+from leaseq.worker.outage import first_line
 
 log = logging.getLogger("leaseq.worker")
+
+#: application_name of listener connections, so operators (and tests) can find them.
+LISTENER_APPLICATION_NAME = "leaseq-listener"
 
 
 class Listener:
@@ -28,7 +32,9 @@ class Listener:
         delay = 0.1
         while True:
             try:
-                conn = await self._client.connect(autocommit=True)
+                conn = await self._client.connect(
+                    autocommit=True, application_name=LISTENER_APPLICATION_NAME
+                )
                 try:
                     await conn.execute(
                         sql.SQL("LISTEN {}").format(sql.Identifier(self._client.channel))
@@ -47,7 +53,7 @@ class Listener:
             except (psycopg.Error, LeaseqError, OSError) as exc:
                 log.warning(
                     "listener disconnected (%s); polling continues, reconnecting in %.1fs",
-                    str(exc).strip().splitlines()[0][:200] if str(exc).strip() else exc,
+                    first_line(exc),
                     delay,
                 )
             await asyncio.sleep(delay * (0.5 + random.random()))

@@ -1,11 +1,13 @@
 """The worker: claim, run outside any transaction, renew, report — on one event loop.
 
 Pieces, each a coroutine:
-- fetch loop: claims in batches sized by free slots, then sleeps until woken (NOTIFY,
-  a freed slot) or the poll interval passes; the poll always runs.
+- fetch loop: claims in batches sized by free slots (plus a small prefetch), then sleeps
+  until woken (NOTIFY, a freed slot) or the poll interval passes; the poll always runs.
 - job runners: one per claimed lease; async handlers on the loop, sync ones in threads.
-- heartbeater: one fenced statement per tick renews every in-flight lease; a lease missing
-  from the result is lost: its handler is cancelled (async) or told through ``ctx``.
+- lease keeper: every tick, one fenced statement renews the leases that deserve it
+  (progress policy), and each lease's *local deadline* is checked: if no renewal was
+  confirmed before it, the worker assumes the lease is gone and stops the handler, even
+  when the database cannot be reached to say so. It also enforces ``max_runtime``.
 - completer: batches fenced completions and failures (see completer.py).
 - sweeper: recovers expired leases of any worker; safe to run in every worker at once.
 - listener: LISTEN connection that only sets the wake-up event.
@@ -22,22 +24,28 @@ import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
-
-import psycopg
 
 from leaseq.app import App, Task
 from leaseq.client_async import AsyncClient
 from leaseq.errors import Permanent, Retry
 from leaseq.models import Failure, Lease
 from leaseq.worker.completer import Completer
-from leaseq.worker.config import WorkerConfig
-from leaseq.worker.context import JobContext, LeaseLost
+from leaseq.worker.config import QueueSettings, WorkerConfig
+from leaseq.worker.context import LEASE_LOST, JobAborted, JobContext
 from leaseq.worker.listener import Listener
+from leaseq.worker.outage import TRANSIENT, Outage
 
 log = logging.getLogger("leaseq.worker")
 
 UNKNOWN_TASK = "UNKNOWN_TASK"
+NO_PROGRESS = "NO_PROGRESS"
+MAX_RUNTIME_EXCEEDED = "MAX_RUNTIME_EXCEEDED"
+CANCELLED = "CANCELLED"
+WORKER_SHUTDOWN = "WORKER_SHUTDOWN"
+
+#: Exit codes of ``leaseq worker`` (see README): clean stop; jobs had to be abandoned.
+EXIT_OK = 0
+EXIT_ABANDONED = 3
 
 
 @dataclass
@@ -53,19 +61,31 @@ class WorkerStats:
     swept_requeued: int = 0
     swept_dead: int = 0
     released: int = 0
+    aborted: dict[str, int] = field(default_factory=dict)
     by_error: dict[str, int] = field(default_factory=dict)
+    abandoned_at_shutdown: int = 0
+
+    def count_error(self, code: str) -> None:
+        self.by_error[code] = self.by_error.get(code, 0) + 1
 
 
-@dataclass
+@dataclass(eq=False)
 class _Running:
     lease: Lease
     ctx: JobContext
+    task_def: Task | None
+    #: Monotonic time by which the lease surely ended unless a renewal was confirmed:
+    #: measured from when the claim/renewal was *sent*, so it errs early.
+    deadline: float
+    started_at: float | None = None
+    #: The handler is done and its outcome is on its way to the database; the completer
+    #: now owns the deadline (it gives up once the lease surely ended).
+    reporting: bool = False
     task: asyncio.Task[None] | None = None
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.lease.job_id, self.lease.token)
 
 
 class Worker:
@@ -86,21 +106,29 @@ class Worker:
             application_name="leaseq-worker",
         )
         self.stats = WorkerStats()
+        self.outage = Outage()
         # Keyed by (job id, token): after a lease loss this worker may reclaim the same job
         # while its stale attempt is still winding down; the two must not be confused.
         self._running: dict[tuple[int, int], _Running] = {}
+        self._slots = asyncio.Semaphore(self.config.concurrency)
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._completer = Completer(self.client)
+        self._forced = False
+        self._completer = Completer(self.client, outage=self.outage)
         self._threads = ThreadPoolExecutor(
             max_workers=self.config.concurrency, thread_name_prefix="leaseq-job"
         )
         self._signals = 0
+        self._renewal: asyncio.Task[None] | None = None
 
     @property
     def worker_id(self) -> str:
         return self.config.worker_id
+
+    @property
+    def running_count(self) -> int:
+        return len(self._running)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -108,17 +136,25 @@ class Worker:
         """Stop claiming; running jobs finish (up to shutdown_timeout) and the loop exits."""
         self._stopping.set()
         self._wake.set()
+        self._slot_freed.set()
+
+    def stop_now(self) -> None:
+        """Stop claiming and abandon running jobs at once (second signal)."""
+        self._forced = True
+        self.stop()
 
     def _on_signal(self) -> None:
         self._signals += 1
         if self._signals == 1:
-            log.info("shutdown requested: finishing %d running job(s)", len(self._running))
+            log.warning(
+                "shutdown requested: no new claims; waiting up to %gs for %d running job(s)",
+                self.config.shutdown_timeout,
+                len(self._running),
+            )
             self.stop()
         else:
-            log.warning("second signal: exiting now; unfinished leases will expire")
-            for running in list(self._running.values()):
-                if running.task is not None:
-                    running.task.cancel()
+            log.warning("second signal: abandoning running jobs and exiting now")
+            self.stop_now()
 
     async def run(self, *, install_signal_handlers: bool = False) -> WorkerStats:
         """Run until stopped (or, in burst/drain mode, until there is no more work)."""
@@ -129,23 +165,22 @@ class Worker:
                 loop.add_signal_handler(sig, self._on_signal)
         background = [
             asyncio.create_task(self._completer.run(), name="leaseq-completer"),
-            asyncio.create_task(self._heartbeat_loop(), name="leaseq-heartbeat"),
+            asyncio.create_task(self._keep_leases(), name="leaseq-lease-keeper"),
             asyncio.create_task(self._sweep_loop(), name="leaseq-sweeper"),
         ]
         if self.config.listen:
-            listener = Listener(self.client, frozenset(self.config.queues), self._wake)
+            listener = Listener(self.client, frozenset(self.config.queue_names), self._wake)
             background.append(asyncio.create_task(listener.run(), name="leaseq-listener"))
         log.info(
             "worker %s started: queues=%s concurrency=%d lease=%gs",
             self.worker_id,
-            ",".join(self.config.queues),
+            ",".join(self.config.queue_names),
             self.config.concurrency,
             self.config.lease_seconds,
         )
         try:
             await self._fetch_loop()
-            await self._wait_running(self.config.shutdown_timeout)
-            await self._wait_completer()
+            await self._shutdown()
         finally:
             for task in background:
                 task.cancel()
@@ -162,51 +197,59 @@ class Worker:
             self.worker_id,
             self.stats.succeeded,
             self.stats.failed,
-            self.stats.lost_leases,
+            self.stats.lost_leases + self.stats.lost_fence_writes,
         )
         return self.stats
 
-    async def _wait_running(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while self._running and time.monotonic() < deadline:
+    async def _shutdown(self) -> None:
+        # Leases claimed but not started go back at once, without charging an attempt.
+        unstarted = [r for r in self._running.values() if r.started_at is None]
+        for running in unstarted:
+            if running.task is not None:
+                running.task.cancel()
+        if unstarted:
+            with contextlib.suppress(*TRANSIENT):
+                async with asyncio.timeout(self.config.op_timeout):
+                    released = await self.client.release_many([r.lease for r in unstarted])
+                    self.stats.released += len(released)
+                    log.info("released %d unstarted lease(s)", len(released))
+        deadline = time.monotonic() + self.config.shutdown_timeout
+        while self._running and not self._forced and time.monotonic() < deadline:
             self._slot_freed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_freed.wait(), deadline - time.monotonic())
-        if self._running:
-            log.warning(
-                "%d job(s) still running after %gs; their leases will expire and be retried",
-                len(self._running),
-                timeout,
-            )
-            for running in self._running.values():
-                if running.task is not None:
-                    running.task.cancel()
-
-    async def _wait_completer(self) -> None:
-        for _ in range(200):
-            if self._completer.idle():
-                return
-            await asyncio.sleep(0.01)
+        left = [r for r in self._running.values() if r.started_at is not None]
+        if left:
+            log.warning("abandoning %d running job(s) at shutdown; they will be retried", len(left))
+            self.stats.abandoned_at_shutdown = len(left)
+            for running in left:
+                self._abort(running, WORKER_SHUTDOWN)
+            # Give the fenced failure reports a moment; whatever does not make it expires.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(5.0, self.config.op_timeout)):
+                    while self._running:
+                        self._slot_freed.clear()
+                        await self._slot_freed.wait()
 
     # -- fetching ---------------------------------------------------------------------
 
     async def _fetch_loop(self) -> None:
         cfg = self.config
-        backoff = 0.1
+        capacity = cfg.concurrency + cfg.prefetch
         while not self._stopping.is_set():
-            free = cfg.concurrency - len(self._running)
+            free = capacity - len(self._running)
             if free <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
             self._wake.clear()
             try:
-                claimed, exhausted = await self._claim_round(free)
-                backoff = 0.1
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                log.warning("claim failed (%s); retrying in %.1fs", _first_line(exc), backoff)
-                await self._sleep_or_wake(backoff)
-                backoff = min(backoff * 2, 10.0)
+                async with asyncio.timeout(cfg.op_timeout):
+                    claimed, exhausted = await self._claim_round(free)
+                self.outage.ok()
+            except TRANSIENT as exc:
+                self.outage.failed("claim", exc)
+                await self._sleep_or_wake(self.outage.backoff())
                 continue
             if claimed and not exhausted:
                 continue  # more may be waiting: go again at once
@@ -218,29 +261,32 @@ class Worker:
         """Claim from each queue in turn until slots are full; (claimed, all queues empty)."""
         claimed = 0
         exhausted = True
-        for queue in self.config.queues:
-            want = min(free - claimed, self.config.batch_size)
+        for queue in self.config.queue_settings:
+            want = min(free - claimed, self.config.batch_for(queue))
             if want <= 0:
                 exhausted = False
                 break
-            leases = await self.client.claim(
-                queue,
-                worker=self.worker_id,
-                lease_seconds=self.config.lease_seconds,
-                limit=want,
-            )
-            self.stats.claimed += len(leases)
-            for lease in leases:
-                self._start(lease)
+            leases = await self._claim(queue, want)
             claimed += len(leases)
             if len(leases) == want:
                 exhausted = False
         return claimed, exhausted
 
+    async def _claim(self, queue: QueueSettings, limit: int) -> list[Lease]:
+        lease_seconds = self.config.lease_for(queue)
+        sent = time.monotonic()
+        leases = await self.client.claim(
+            queue.name, worker=self.worker_id, lease_seconds=lease_seconds, limit=limit
+        )
+        self.stats.claimed += len(leases)
+        for lease in leases:
+            self._start(lease, sent + lease_seconds)
+        return leases
+
     async def _finished(self) -> bool:
         """In burst mode: nothing claimable now. In drain mode: nothing left at all."""
         if self.config.drain:
-            return not await self.client.queues_have_work(self.config.queues)
+            return not await self.client.queues_have_work(self.config.queue_names)
         return self.config.burst
 
     async def _sleep_or_wake(self, seconds: float) -> None:
@@ -256,10 +302,11 @@ class Worker:
 
     # -- running jobs -----------------------------------------------------------------
 
-    def _start(self, lease: Lease) -> None:
-        ctx = JobContext(lease, self.worker_id)
-        running = _Running(lease, ctx)
-        self._running[(lease.job_id, lease.token)] = running
+    def _start(self, lease: Lease, deadline: float) -> None:
+        running = _Running(
+            lease, JobContext(lease, self.worker_id), self.app.tasks.get(lease.task), deadline
+        )
+        self._running[running.key] = running
         running.task = asyncio.create_task(
             self._run_job(running), name=f"leaseq-job-{lease.job_id}"
         )
@@ -267,36 +314,43 @@ class Worker:
     async def _run_job(self, running: _Running) -> None:
         lease, ctx = running.lease, running.ctx
         try:
-            outcome = await self._execute(lease, ctx)
-            if ctx.lease_lost:
-                # The renewal already found the lease gone: whatever the handler returned,
-                # someone else owns the job now, so nothing is reported.
-                return
-            ok = await self._completer.report(outcome)
-            if ok:
-                if isinstance(outcome, Lease):
-                    self.stats.succeeded += 1
-                else:
-                    self.stats.failed += 1
-                    code = outcome.error_code
-                    self.stats.by_error[code] = self.stats.by_error.get(code, 0) + 1
-            else:
-                self.stats.lost_fence_writes += 1
-                log.warning(
-                    "job %d: lease (token %d) was lost before its result was recorded; "
-                    "result discarded",
-                    lease.job_id,
-                    lease.token,
-                )
-        except asyncio.CancelledError:
-            if not ctx.lease_lost:
-                raise
+            try:
+                async with self._slots:
+                    outcome = lease if ctx.aborted else await self._execute(running)
+            except asyncio.CancelledError:
+                if ctx.aborted is None:
+                    raise  # cancelled from outside (shutdown of an unstarted job)
+                outcome = lease  # replaced in _report by the abort's own outcome
+            running.reporting = True
+            await self._report(running, outcome)
         finally:
-            self._running.pop((lease.job_id, lease.token), None)
+            self._running.pop(running.key, None)
             self._slot_freed.set()
 
-    async def _execute(self, lease: Lease, ctx: JobContext) -> Lease | Failure:
-        task = self.app.tasks.get(lease.task)
+    async def _report(self, running: _Running, outcome: Lease | Failure) -> None:
+        lease, ctx = running.lease, running.ctx
+        reason = ctx.aborted
+        if reason == LEASE_LOST:
+            return  # someone else may own the job now: report nothing, ever
+        if reason is not None:
+            outcome = Failure(lease, reason, retryable=True, detail=_abort_detail(reason, running))
+        ok = await self._completer.report(outcome, deadline=running.deadline)
+        if not ok:
+            self.stats.lost_fence_writes += 1
+            log.warning(
+                "job %d: lease (token %d) was lost before its result was recorded; "
+                "result discarded",
+                lease.job_id,
+                lease.token,
+            )
+        elif isinstance(outcome, Lease):
+            self.stats.succeeded += 1
+        else:
+            self.stats.failed += 1
+            self.stats.count_error(outcome.error_code)
+
+    async def _execute(self, running: _Running) -> Lease | Failure:
+        lease, ctx, task = running.lease, running.ctx, running.task_def
         if task is None:
             return Failure(
                 lease,
@@ -305,71 +359,146 @@ class Worker:
                 detail=f"no handler registered for task {lease.task!r} in this worker's app",
             )
         try:
-            await self._call(task, ctx, lease.payload)
+            if task.is_async:
+                self._mark_started(running)
+                await task.fn(ctx, lease.payload)
+            else:
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._threads, self._call_sync, running, task)
         except Permanent as exc:
             return Failure(lease, exc.code, retryable=False, detail=exc.detail)
         except Retry as exc:
             return Failure(
                 lease, exc.code, retryable=True, detail=exc.detail, retry_in=exc.retry_in
             )
-        except LeaseLost:
-            return lease  # ignored by the caller: ctx.lease_lost is set
+        except JobAborted:
+            return lease  # the abort decides what is reported
         except Exception as exc:
             detail = "".join(traceback.format_exception(exc))
             return Failure(lease, type(exc).__name__, retryable=True, detail=detail)
         return lease
 
-    async def _call(self, task: Task, ctx: JobContext, payload: Any) -> None:
-        if task.is_async:
-            await task.fn(ctx, payload)
-        else:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._threads, task.fn, ctx, payload)
-
-    # -- heartbeats and sweeping ------------------------------------------------------
-
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.renew_every)
-            await self._renew_all()
-
-    async def _renew_all(self) -> None:
-        current = list(self._running.values())
-        if not current:
+    def _call_sync(self, running: _Running, task: Task) -> None:
+        # Runs in a pool thread. A job queued behind busy threads has not started yet:
+        # it counts as started (and so is charged, and waited for at shutdown) from here.
+        if running.ctx.aborted is not None:
             return
-        try:
-            result = await self.client.heartbeat_many(
-                [r.lease for r in current], lease_seconds=self.config.lease_seconds
-            )
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            self.stats.heartbeat_failures += 1
-            log.warning("lease renewal failed (%s); will retry next tick", _first_line(exc))
-            return
-        for running in current:
-            key = (running.lease.job_id, running.lease.token)
-            if key in result.lost:
-                if key in self._running and not running.ctx.lease_lost:
-                    self._lose(running)
-            elif key[0] in result.cancel_requested:
-                running.ctx.mark_cancel_requested()
+        self._mark_started(running)
+        task.fn(running.ctx, running.lease.payload)
 
-    def _lose(self, running: _Running) -> None:
-        running.ctx.mark_lost()
-        self.stats.lost_leases += 1
+    @staticmethod
+    def _mark_started(running: _Running) -> None:
+        running.started_at = time.monotonic()
+        running.ctx.mark_started()
+
+    def _abort(self, running: _Running, reason: str) -> None:
+        """Give up on an attempt: stop an async handler, tell a sync one through ctx; the
+        job runner then reports the failure (or, for a lost lease, nothing)."""
+        if not running.ctx.abort(reason):
+            return
+        self.stats.aborted[reason] = self.stats.aborted.get(reason, 0) + 1
+        if reason == LEASE_LOST:
+            self.stats.lost_leases += 1
         log.warning(
-            "job %d: lease (token %d) lost; stopping its handler, its result will not be reported",
+            "job %d (token %d, task %s): %s; stopping its handler",
             running.lease.job_id,
             running.lease.token,
+            running.lease.task,
+            _abort_detail(reason, running),
         )
-        task = self.app.tasks.get(running.lease.task)
-        if task is not None and task.is_async and running.task is not None:
+        if running.task is not None:
+            # For a sync handler this only stops waiting for its thread; the thread sees
+            # ctx.aborted / gets JobAborted from ctx.progress(), and its result is ignored.
             running.task.cancel()
+
+    # -- leases -----------------------------------------------------------------------
+
+    async def _keep_leases(self) -> None:
+        """Renew on a fixed tick; between ticks, wake for the earliest local deadline."""
+        tick = self.config.renew_every
+        next_renewal = time.monotonic() + tick
+        while True:
+            now = time.monotonic()
+            earliest = min(
+                (r.deadline for r in self._running.values() if self._watched(r)),
+                default=now + tick,
+            )
+            await asyncio.sleep(max(0.0, min(next_renewal, earliest) - now) + 0.001)
+            now = time.monotonic()
+            self._check_deadlines(now)
+            if now >= next_renewal:
+                next_renewal = now + tick
+                if self._renewal is None or self._renewal.done():
+                    # Its own task: a renewal stuck on a dead connection must not stop the
+                    # deadline checks above from firing.
+                    self._renewal = asyncio.create_task(self._renew(tick))
+
+    @staticmethod
+    def _watched(running: _Running) -> bool:
+        """Still this loop's to police: neither given up on nor already reporting."""
+        return running.ctx.aborted is None and not running.reporting
+
+    def _check_deadlines(self, now: float) -> None:
+        for running in list(self._running.values()):
+            if not self._watched(running):
+                continue
+            if running.deadline <= now:
+                self._abort(running, LEASE_LOST)
+                continue
+            task = running.task_def
+            if running.started_at is None or task is None:
+                continue
+            if task.max_runtime is not None and now - running.started_at > task.max_runtime:
+                self._abort(running, MAX_RUNTIME_EXCEEDED)
+
+    def _deserves_renewal(self, running: _Running, now: float) -> bool:
+        if running.ctx.aborted is not None:
+            return False
+        if running.started_at is None or running.task_def is None or running.reporting:
+            return True  # waiting for a slot, or its outcome is being written: keep it
+        if running.task_def.renew == "alive":
+            return True
+        return now - running.ctx.last_progress <= running.lease.lease_seconds
+
+    async def _renew(self, tick: float) -> None:
+        now = time.monotonic()
+        current = list(self._running.values())
+        keep = [r for r in current if self._deserves_renewal(r, now)]
+        for running in current:
+            # No progress within a lease length: stop before the lease runs out, and report
+            # it (fenced, while the lease still holds) so the retry policy applies at once.
+            if running not in keep and self._watched(running):
+                self._abort(running, NO_PROGRESS)
+        by_length: dict[float, list[_Running]] = {}
+        for running in keep:
+            by_length.setdefault(running.lease.lease_seconds, []).append(running)
+        for seconds, group in by_length.items():
+            sent = time.monotonic()
+            try:
+                async with asyncio.timeout(min(tick, self.config.op_timeout)):
+                    result = await self.client.heartbeat_many(
+                        [r.lease for r in group], lease_seconds=seconds
+                    )
+                self.outage.ok()
+            except TRANSIENT as exc:
+                self.stats.heartbeat_failures += 1
+                self.outage.failed("lease renewal", exc)
+                continue
+            for running in group:
+                if running.key in result.lost:
+                    if running.key in self._running:
+                        self._abort(running, LEASE_LOST)
+                else:
+                    running.deadline = sent + seconds
+                    if running.lease.job_id in result.cancel_requested:
+                        self._abort(running, CANCELLED)
 
     async def _sweep_loop(self) -> None:
         actor = f"sweeper:{self.worker_id}"
         while True:
             try:
-                result = await self.client.sweep(actor=actor)
+                async with asyncio.timeout(max(self.config.op_timeout, 30.0)):
+                    result = await self.client.sweep(actor=actor)
                 self.stats.swept_requeued += result.requeued
                 self.stats.swept_dead += result.dead
                 if result.total:
@@ -379,9 +508,27 @@ class Worker:
                         result.requeued,
                         result.dead,
                     )
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                log.warning("sweep failed (%s); will retry", _first_line(exc))
+            except TRANSIENT as exc:
+                self.outage.failed("sweep", exc)
             await asyncio.sleep(self.config.sweep_interval)
+
+
+def _abort_detail(reason: str, running: _Running) -> str:
+    task = running.task_def
+    if reason == NO_PROGRESS:
+        return (
+            f"no progress reported for {running.lease.lease_seconds:g}s (the lease length); "
+            "call ctx.progress() or register the task with renew='alive'"
+        )
+    if reason == MAX_RUNTIME_EXCEEDED and task is not None:
+        return f"ran longer than max_runtime={task.max_runtime:g}s"
+    if reason == CANCELLED:
+        return "cancel requested by an operator"
+    if reason == WORKER_SHUTDOWN:
+        return "worker shut down before the job finished"
+    if reason == LEASE_LOST:
+        return "lease lost (expired or taken over); result will not be reported"
+    return reason
 
 
 def run_worker(
@@ -400,3 +547,7 @@ def run_worker(
         return await worker.run(install_signal_handlers=install_signal_handlers)
 
     return asyncio.run(main())
+
+
+def exit_code(stats: WorkerStats) -> int:
+    return EXIT_ABANDONED if stats.abandoned_at_shutdown else EXIT_OK

@@ -1,0 +1,74 @@
+"""One clear log line per database outage instead of a traceback per failed statement."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+log = logging.getLogger("leaseq.worker")
+
+#: Errors that mean "the database is not reachable right now", not "the query is wrong".
+try:
+    import psycopg
+    import psycopg_pool
+
+    TRANSIENT: tuple[type[BaseException], ...] = (
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+        psycopg_pool.PoolTimeout,
+        TimeoutError,
+        OSError,
+    )
+except ImportError:  # pragma: no cover - psycopg is a hard dependency
+    TRANSIENT = (TimeoutError, OSError)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+class Outage:
+    """Tracks whether the database is reachable, as seen by one worker.
+
+    The first failure logs a warning; further failures during the same outage log at debug
+    level only; the first success afterwards logs how long it lasted. ``backoff()`` gives
+    the next retry delay: exponential with full jitter, capped.
+    """
+
+    def __init__(self, *, base: float = 0.1, cap: float = 10.0) -> None:
+        self._base = base
+        self._cap = cap
+        self._since: float | None = None
+        self._failures = 0
+        self.outages = 0
+
+    @property
+    def down(self) -> bool:
+        return self._since is not None
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        self._failures += 1
+        if self._since is None:
+            self._since = time.monotonic()
+            self.outages += 1
+            log.warning(
+                "database unavailable (%s: %s); retrying with backoff", what, first_line(exc)
+            )
+        else:
+            log.debug("still unavailable (%s: %s)", what, first_line(exc))
+
+    def ok(self) -> None:
+        if self._since is not None:
+            log.warning(
+                "database reachable again after %.1fs (%d failed attempts)",
+                time.monotonic() - self._since,
+                self._failures,
+            )
+            self._since = None
+            self._failures = 0
+
+    def backoff(self) -> float:
+        ceiling = min(self._cap, self._base * 2 ** min(self._failures, 20))
+        return random.uniform(ceiling / 2, ceiling)
