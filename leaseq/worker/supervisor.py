@@ -86,7 +86,7 @@ class Supervisor:
                     slot.proc = None
                     if self._stopping or (code == 0 and not self.restart_on_success):
                         slot.done = True
-                        final.append(code if code >= 0 else 1)
+                        final.append(_final_code(code, stopping=self._stopping))
                         continue
                     ran = now - slot.started
                     slot.failures = 0 if ran >= HEALTHY_RUN else slot.failures + 1
@@ -111,6 +111,14 @@ class Supervisor:
             if all(slot.done for slot in self.slots):
                 return max(final, default=0)
             time.sleep(0.1 if alive else 0.05)
+
+
+def _final_code(code: int, *, stopping: bool) -> int:
+    # A child still starting up has no signal handler yet, so the forwarded SIGTERM kills
+    # it outright; it held no lease, so that is a clean stop too.
+    if stopping and code in (-signal.SIGTERM, -signal.SIGINT):
+        return 0
+    return code if code >= 0 else 1
 
 
 def child_command(argv: Sequence[str]) -> list[str]:
