@@ -36,3 +36,34 @@ def sleepy(ctx: leaseq.JobContext, payload: Any) -> None:
 @app.task(name="always_fails", max_attempts=3)
 def always_fails(ctx: leaseq.JobContext, payload: Any) -> None:
     raise RuntimeError("upstream said no")
+
+
+def _tick_seconds(ctx: leaseq.JobContext, payload: Any) -> float:
+    return float(payload["seconds"] if ctx.fencing_token == 1 else payload.get("later", 0.3))
+
+
+def _tick(ctx: leaseq.JobContext, payload: Any) -> None:
+    with pathlib.Path(payload["marker"]).open("a") as f:
+        f.write(f"{ctx.fencing_token} {time.time():.4f}\n")
+
+
+@app.task(name="ticker")
+async def ticker(ctx: leaseq.JobContext, payload: Any) -> None:
+    """Records a timestamped tick every 20 ms while it works, reporting progress each time:
+    lets a test see exactly when each attempt was running."""
+    import asyncio
+
+    end = time.monotonic() + _tick_seconds(ctx, payload)
+    while time.monotonic() < end:
+        _tick(ctx, payload)
+        ctx.progress()
+        await asyncio.sleep(0.02)
+
+
+@app.task(name="ticker_sync")
+def ticker_sync(ctx: leaseq.JobContext, payload: Any) -> None:
+    end = time.monotonic() + _tick_seconds(ctx, payload)
+    while time.monotonic() < end:
+        _tick(ctx, payload)
+        ctx.progress()  # raises once the worker gave up on this attempt
+        time.sleep(0.02)
