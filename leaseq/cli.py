@@ -126,6 +126,9 @@ def cli(ctx: click.Context, dsn: str | None, schema: str, verbose: bool) -> None
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # The pool warns once per broken connection it discards; leaseq's own outage log
+    # already says the database went away, once.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     settings = Settings(dsn, schema)
     ctx.obj = settings
     ctx.call_on_close(settings.close)
@@ -306,9 +309,13 @@ def worker(
             f"{stats.succeeded} succeeded, {stats.failed} failed, "
             f"{stats.lost_leases + stats.lost_fence_writes} lost lease(s)"
         )
-    code = exit_code(stats)
-    if code:
-        sys.exit(code)
+    # Exit without joining handler threads: a sync handler that was abandoned (shutdown
+    # timeout, second signal, max_runtime) may still be running, and its result is
+    # discarded anyway. Everything the database needed has been written by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(exit_code(stats))
 
 
 @cli.command()

@@ -127,6 +127,12 @@ class Client:
                 self._pool = pool
         return self._pool
 
+    def check_connections(self) -> None:
+        """Drop idle pooled connections that are broken (after an outage or a terminated
+        backend), so the next statement gets a live one."""
+        if self._pool is not None:
+            self._pool.check()
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()

@@ -127,6 +127,12 @@ class AsyncClient:
                 self._pool = pool
         return self._pool
 
+    async def check_connections(self) -> None:
+        """Drop idle pooled connections that are broken (after an outage or a terminated
+        backend), so the next statement gets a live one."""
+        if self._pool is not None:
+            await self._pool.check()
+
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()

@@ -206,3 +206,65 @@ def test_supervisor_restarts_a_killed_process_and_stops_cleanly(
         assert sup.wait(30) == 0, sup.output()
         assert "restarting" in sup.output()
     assert not any(alive(pid) for pid in kids), "children must exit with the supervisor"
+
+
+def test_second_signal_abandons_running_jobs_at_once(
+    dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
+) -> None:
+    marker = tmp_path / "runs"
+    job_id = client.enqueue("touch_then_sleep", {"marker": str(marker), "seconds": 60})
+    with WorkerProcess(dsn, schema, "--poll-interval", "0.05", log_dir=tmp_path) as worker:
+        wait_for(marker.exists, 30, "the job to start")
+        worker.signal(signal.SIGTERM)
+        time.sleep(0.3)
+        assert worker.proc.poll() is None, "first signal waits for the running job"
+        started = time.monotonic()
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 3, worker.output()
+        assert time.monotonic() - started < 10
+    job = client.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.last_error_code) == (JobStatus.PENDING, "WORKER_SHUTDOWN")
+
+
+def test_backends_terminated_during_a_drain_lose_nothing(
+    dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
+) -> None:
+    total = len(client.enqueue_many([{"task": "sleepy"} for _ in range(1500)]))
+    stop = threading.Event()
+    terminated = 0
+
+    def terminate_workers() -> None:
+        nonlocal terminated
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                cur = conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name LIKE 'leaseq-%%' AND pid <> pg_backend_pid()"
+                )
+                terminated += sum(1 for (ok,) in cur.fetchall() if ok)
+                stop.wait(1.0)
+
+    with WorkerProcess(
+        dsn,
+        schema,
+        "--drain",
+        "--concurrency",
+        "8",
+        "--poll-interval",
+        "0.05",
+        "--sweep-interval",
+        "0.5",
+        log_dir=tmp_path,
+    ) as worker:
+        killer = threading.Thread(target=terminate_workers)
+        killer.start()
+        try:
+            assert worker.wait(120) == 0, worker.output()
+        finally:
+            stop.set()
+            killer.join()
+        out = worker.output()
+    assert terminated >= 3, "the drain was too quick to be disturbed: the test proved nothing"
+    assert "Traceback" not in out
+    assert _count(dsn, schema, "status = 'succeeded'") == total

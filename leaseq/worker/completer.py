@@ -99,7 +99,7 @@ class Completer:
                 self._outage.ok()
                 return accepted
             except TRANSIENT as exc:
-                self._outage.failed("completion", exc)
+                await self._outage.failed("completion", exc)
                 await asyncio.sleep(self._outage.backoff())
                 now = time.monotonic()
                 pending = [p for p in pending if p.deadline > now]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 
 import psycopg
 from psycopg import sql
@@ -27,6 +28,7 @@ class Listener:
         self._wake = wake
         self.connected = False
         self.notifications = 0
+        self._last_warning = -3600.0
 
     async def run(self) -> None:
         delay = 0.1
@@ -51,7 +53,13 @@ class Listener:
                     self.connected = False
                     await conn.close()
             except (psycopg.Error, LeaseqError, OSError) as exc:
-                log.warning(
+                # Warn at most once a minute: a flapping connection must not flood the log.
+                now = time.monotonic()
+                level = logging.WARNING if now - self._last_warning > 60 else logging.DEBUG
+                if level == logging.WARNING:
+                    self._last_warning = now
+                log.log(
+                    level,
                     "listener disconnected (%s); polling continues, reconnecting in %.1fs",
                     first_line(exc),
                     delay,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("leaseq.worker")
 
@@ -37,7 +40,14 @@ class Outage:
     the next retry delay: exponential with full jitter, capped.
     """
 
-    def __init__(self, *, base: float = 0.1, cap: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        heal: Callable[[], Awaitable[None]] | None = None,
+        base: float = 0.1,
+        cap: float = 10.0,
+    ) -> None:
+        self._heal = heal
         self._base = base
         self._cap = cap
         self._since: float | None = None
@@ -48,7 +58,9 @@ class Outage:
     def down(self) -> bool:
         return self._since is not None
 
-    def failed(self, what: str, exc: BaseException) -> None:
+    async def failed(self, what: str, exc: BaseException) -> None:
+        """Record a failed statement, and let ``heal`` drop broken pooled connections so
+        the retry gets a fresh one instead of the next corpse."""
         self._failures += 1
         if self._since is None:
             self._since = time.monotonic()
@@ -58,6 +70,10 @@ class Outage:
             )
         else:
             log.debug("still unavailable (%s: %s)", what, first_line(exc))
+        if self._heal is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5.0):
+                    await self._heal()
 
     def ok(self) -> None:
         if self._since is not None:

@@ -106,7 +106,7 @@ class Worker:
             application_name="leaseq-worker",
         )
         self.stats = WorkerStats()
-        self.outage = Outage()
+        self.outage = Outage(heal=self.client.check_connections)
         # Keyed by (job id, token): after a lease loss this worker may reclaim the same job
         # while its stale attempt is still winding down; the two must not be confused.
         self._running: dict[tuple[int, int], _Running] = {}
@@ -248,7 +248,7 @@ class Worker:
                     claimed, exhausted = await self._claim_round(free)
                 self.outage.ok()
             except TRANSIENT as exc:
-                self.outage.failed("claim", exc)
+                await self.outage.failed("claim", exc)
                 await self._sleep_or_wake(self.outage.backoff())
                 continue
             if claimed and not exhausted:
@@ -482,7 +482,7 @@ class Worker:
                 self.outage.ok()
             except TRANSIENT as exc:
                 self.stats.heartbeat_failures += 1
-                self.outage.failed("lease renewal", exc)
+                await self.outage.failed("lease renewal", exc)
                 continue
             for running in group:
                 if running.key in result.lost:
@@ -509,7 +509,7 @@ class Worker:
                         result.dead,
                     )
             except TRANSIENT as exc:
-                self.outage.failed("sweep", exc)
+                await self.outage.failed("sweep", exc)
             await asyncio.sleep(self.config.sweep_interval)
 
 
