@@ -465,14 +465,23 @@ class EmbeddedServer:
     def _choose_port(self) -> int:
         """Port for the next start, already checked to be free.
 
-        A cluster keeps the port it first got so DSNs handed out earlier stay valid; an explicit
-        port (argument, then LEASEQ_EMBEDDED_PORT) wins and becomes the recorded one.
+        A cluster keeps the port it first got so DSNs handed out earlier stay valid, unless
+        something else took it meanwhile (say, another leaseq cluster, for tests): then it
+        moves to a free port, since nobody asked for that one. An explicit port (argument,
+        then LEASEQ_EMBEDDED_PORT) wins, becomes the recorded one, and is never moved.
         """
-        port = self._requested_port() or self._recorded_port()
+        requested = self._requested_port()
+        if requested is not None:
+            if _port_in_use(requested):
+                raise _port_in_use_error(requested)
+            return requested
+        port = self._recorded_port()
         if port is None:
-            port = DEFAULT_PORT if not _port_in_use(DEFAULT_PORT) else _free_port()
+            return DEFAULT_PORT if not _port_in_use(DEFAULT_PORT) else _free_port()
         if _port_in_use(port):
-            raise _port_in_use_error(port)
+            moved = _free_port()
+            log.warning("embedded PostgreSQL: port %d is taken; moving to %d", port, moved)
+            return moved
         return port
 
     # -- running the binaries ---------------------------------------------------------------------

@@ -1,14 +1,17 @@
 """Writes outcomes back: many finished jobs become one fenced statement.
 
-A job counts as done only when the statement that records it has committed; the caller
-awaits its future and learns whether the lease still held (True) or was lost (False).
-During an outage the write is retried with backoff, but only while the lease can still be
-valid: once its local deadline has passed, the fence would refuse it anyway.
+A job counts as done only when the statement that records it has committed; then the
+completer calls the job's ``on_done(ok)``, where ``ok`` says whether the lease still held
+(True) or was lost (False). During an outage the write is retried with backoff, but only
+while the lease can still be valid: once its local deadline has passed, the fence would
+refuse it anyway.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,14 +20,16 @@ from leaseq.client_async import AsyncClient
 from leaseq.models import Failure, Lease
 from leaseq.worker.outage import TRANSIENT, Outage
 
+log = logging.getLogger("leaseq.worker")
+
 Outcome = Lease | Failure  # a bare Lease means success
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     outcome: Outcome
     deadline: float
-    done: asyncio.Future[bool]
+    on_done: Callable[[bool], None]
 
     @property
     def lease(self) -> Lease:
@@ -44,27 +49,29 @@ class Completer:
         self._outage = outage or Outage()
         self._max_batch = max_batch
         self._op_timeout = op_timeout
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._wake = asyncio.Event()
 
-    async def report(self, outcome: Outcome, *, deadline: float) -> bool:
-        """Queue an outcome and wait until it is committed; False means the lease was lost.
+    def submit(self, outcome: Outcome, *, deadline: float, on_done: Callable[[bool], None]) -> None:
+        """Queue an outcome; ``on_done(ok)`` runs once it is committed (or known lost).
 
         ``deadline`` is the monotonic time after which the lease has surely expired.
         """
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(outcome, deadline, future))
-        return await future
+        self._queue.append(_Pending(outcome, deadline, on_done))
+        self._wake.set()
 
     def idle(self) -> bool:
-        return self._queue.empty()
+        return not self._queue
 
     async def run(self) -> None:
         """Flush loop: take everything waiting (up to max_batch) and write it in one go."""
         while True:
-            batch = [await self._queue.get()]
-            while len(batch) < self._max_batch and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            await self._flush(batch)
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                count = min(len(self._queue), self._max_batch)
+                batch = [self._queue.popleft() for _ in range(count)]
+                await self._flush(batch)
 
     async def _flush(self, batch: list[_Pending]) -> None:
         successes = [p for p in batch if isinstance(p.outcome, Lease)]
@@ -72,8 +79,10 @@ class Completer:
         done = await self._write(self._complete, successes)
         done |= await self._write(self._fail, failures)
         for pending in batch:
-            if not pending.done.done():
-                pending.done.set_result(pending.lease.job_id in done)
+            try:
+                pending.on_done(pending.lease.job_id in done)
+            except Exception:  # a bookkeeping bug must not stop every later completion
+                log.exception("completion callback failed for job %d", pending.lease.job_id)
 
     async def _complete(self, pending: list[_Pending]) -> set[int]:
         return await self._client.complete_many([p.lease for p in pending])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -38,14 +37,15 @@ class JobContext:
     event loop reads and aborts.
     """
 
-    __slots__ = ("_abort", "_aborted", "_last_progress", "lease", "progress_note", "worker_id")
+    __slots__ = ("_abort", "_last_progress", "lease", "progress_note", "worker_id")
 
     def __init__(self, lease: Lease, worker_id: str) -> None:
         self.lease = lease
         self.worker_id = worker_id
         self.progress_note: Any = None
         self._last_progress = time.monotonic()
-        self._aborted = threading.Event()
+        # Written once by the event loop, read by the handler's thread: a plain attribute
+        # is enough (one reference assignment), and costs nothing per job.
         self._abort: str | None = None
 
     def __repr__(self) -> str:
@@ -97,8 +97,8 @@ class JobContext:
         attempt, so a sync handler stops at its next checkpoint instead of working for
         nothing.
         """
-        if self._aborted.is_set():
-            reason = self._abort or LEASE_LOST
+        reason = self._abort
+        if reason is not None:
             message = f"job {self.job_id} (token {self.fencing_token}) aborted: {reason}"
             raise (
                 LeaseLost(reason, message) if reason == LEASE_LOST else JobAborted(reason, message)
@@ -113,10 +113,9 @@ class JobContext:
 
     def abort(self, reason: str) -> bool:
         """Mark the attempt abandoned; False if it already was (the first reason wins)."""
-        if self._aborted.is_set():
+        if self._abort is not None:
             return False
         self._abort = reason
-        self._aborted.set()
         return True
 
     def mark_started(self) -> None:

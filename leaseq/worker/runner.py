@@ -313,6 +313,7 @@ class Worker:
 
     async def _run_job(self, running: _Running) -> None:
         lease, ctx = running.lease, running.ctx
+        handed_over = False
         try:
             try:
                 async with self._slots:
@@ -320,34 +321,46 @@ class Worker:
             except asyncio.CancelledError:
                 if ctx.aborted is None:
                     raise  # cancelled from outside (shutdown of an unstarted job)
-                outcome = lease  # replaced in _report by the abort's own outcome
-            running.reporting = True
-            await self._report(running, outcome)
+                outcome = lease  # replaced in _submit by the abort's own outcome
+            handed_over = self._submit(running, outcome)
         finally:
-            self._running.pop(running.key, None)
-            self._slot_freed.set()
+            if not handed_over:
+                self._forget(running)
 
-    async def _report(self, running: _Running, outcome: Lease | Failure) -> None:
-        lease, ctx = running.lease, running.ctx
-        reason = ctx.aborted
+    def _submit(self, running: _Running, outcome: Lease | Failure) -> bool:
+        """Hand the outcome to the completer; False when there is nothing to report."""
+        lease, reason = running.lease, running.ctx.aborted
         if reason == LEASE_LOST:
-            return  # someone else may own the job now: report nothing, ever
+            return False  # someone else may own the job now: report nothing, ever
         if reason is not None:
             outcome = Failure(lease, reason, retryable=True, detail=_abort_detail(reason, running))
-        ok = await self._completer.report(outcome, deadline=running.deadline)
+        running.reporting = True
+        self._completer.submit(
+            outcome,
+            deadline=running.deadline,
+            on_done=lambda ok: self._recorded(running, outcome, ok),
+        )
+        return True
+
+    def _recorded(self, running: _Running, outcome: Lease | Failure, ok: bool) -> None:
+        self._forget(running)
         if not ok:
             self.stats.lost_fence_writes += 1
             log.warning(
                 "job %d: lease (token %d) was lost before its result was recorded; "
                 "result discarded",
-                lease.job_id,
-                lease.token,
+                running.lease.job_id,
+                running.lease.token,
             )
         elif isinstance(outcome, Lease):
             self.stats.succeeded += 1
         else:
             self.stats.failed += 1
             self.stats.count_error(outcome.error_code)
+
+    def _forget(self, running: _Running) -> None:
+        self._running.pop(running.key, None)
+        self._slot_freed.set()
 
     async def _execute(self, running: _Running) -> Lease | Failure:
         lease, ctx, task = running.lease, running.ctx, running.task_def

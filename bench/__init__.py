@@ -1,0 +1,1 @@
+"""Side-by-side benchmark: leaseq against the raw-SQL limit (run ``python -m bench``)."""
