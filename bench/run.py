@@ -601,7 +601,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs", "-n", type=int, default=20000, help="jobs per drain / bulk enqueue")
     p.add_argument("--batch", "-b", type=int, default=100, help="claim batch size")
     p.add_argument(
-        "--concurrency", "-c", type=int, default=None, help="worker concurrency (default: 2 x --batch, so claims overlap completions)"
+        "--concurrency",
+        "-c",
+        type=int,
+        default=None,
+        help="worker concurrency (default: 2 x --batch, so claims overlap completions)",
     )
     p.add_argument("--single", "-m", type=int, default=5000, help="single-row enqueues per sample")
     p.add_argument("--repeat", "-r", type=int, default=3, help="samples per scenario")
