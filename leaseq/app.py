@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, overload
 
-from leaseq import validate
+from leaseq import validate as checks
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
-from leaseq.errors import ConfigError
-from leaseq.retry import RetryPolicy
+from leaseq.errors import ConfigError, PayloadError
+from leaseq.redact import Redactor, default_redact
+from leaseq.retry import Classifier, ErrorRules, RetryPolicy
 
 if TYPE_CHECKING:
     from leaseq.worker.context import JobContext
@@ -38,21 +39,31 @@ class Task:
         priority: int,
         max_runtime: float | None = None,
         renew: str = "progress",
+        retry: RetryPolicy | None = None,
+        errors: ErrorRules | None = None,
+        payload_versions: Iterable[int] | None = None,
+        validate: Callable[[Any], Any] | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
-        self.name = validate.check_name("task", name)
-        self.queue = validate.check_name("queue", queue)
-        self.max_attempts = validate.check_max_attempts(max_attempts)
-        self.priority = validate.check_priority(priority)
+        self.name = checks.check_name("task", name)
+        self.queue = checks.check_name("queue", queue)
+        self.max_attempts = checks.check_max_attempts(max_attempts)
+        self.priority = checks.check_priority(priority)
         self.max_runtime = (
             None
             if max_runtime is None
-            else validate.check_positive_seconds("max_runtime", max_runtime)
+            else checks.check_positive_seconds("max_runtime", max_runtime)
         )
         if renew not in RENEW_POLICIES:
             raise ConfigError(f"renew must be one of {', '.join(RENEW_POLICIES)}, got {renew!r}")
         self.renew = renew
+        self.retry = retry
+        self.classifier = Classifier.build(errors, app.error_rules)
+        self.payload_versions = None if payload_versions is None else frozenset(payload_versions)
+        if self.payload_versions is not None and not self.payload_versions:
+            raise ConfigError(f"task {name!r}: payload_versions must not be empty")
+        self.validate = validate
         self.is_async = inspect.iscoroutinefunction(fn)
 
     def __call__(self, ctx: JobContext, payload: Any) -> Any:
@@ -61,18 +72,27 @@ class Task:
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
 
-    def _options(self, options: dict[str, Any]) -> dict[str, Any]:
+    def _options(self, payload: Any, options: dict[str, Any]) -> dict[str, Any]:
         merged = {"queue": self.queue, "max_attempts": self.max_attempts, "priority": self.priority}
+        if self.payload_versions is not None:
+            merged["payload_version"] = max(self.payload_versions)
         merged.update(options)
+        if self.validate is not None:
+            # Refuse at enqueue what the worker would refuse anyway, while the caller is here.
+            try:
+                self.validate(payload)
+            except Exception as exc:
+                raise PayloadError(f"invalid payload for task {self.name}: {exc}") from None
         return merged
 
     def enqueue(self, payload: Any = None, **options: Any) -> int:
         """Enqueue this task through the app's sync client; options as in ``Client.enqueue``."""
-        return self.app.client.enqueue(self.name, payload, **self._options(options))
+        return self.app.client.enqueue(self.name, payload, **self._options(payload, options))
 
     async def enqueue_async(self, payload: Any = None, **options: Any) -> int:
         """Enqueue through the app's async client; options as in ``AsyncClient.enqueue``."""
-        return await self.app.async_client.enqueue(self.name, payload, **self._options(options))
+        client = self.app.async_client
+        return await client.enqueue(self.name, payload, **self._options(payload, options))
 
 
 class App:
@@ -84,10 +104,17 @@ class App:
         *,
         schema: str = "leaseq",
         retry_policy: RetryPolicy | None = None,
+        error_rules: ErrorRules | None = None,
+        redact: Redactor | None = default_redact,
     ) -> None:
+        """``error_rules`` map exception types to a failure class (permanent, transient,
+        unknown) for every task; a task's own ``errors=`` are consulted first."""
         self.dsn = dsn
         self.schema = schema
         self.retry_policy = retry_policy
+        Classifier.build(error_rules, None)  # check the rules now, not at the first failure
+        self.error_rules = error_rules
+        self.redact = redact
         self.tasks: dict[str, Task] = {}
         self._client: Client | None = None
         self._async_client: AsyncClient | None = None
@@ -95,14 +122,16 @@ class App:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.dsn, schema=self.schema, retry_policy=self.retry_policy)
+            self._client = Client(
+                self.dsn, schema=self.schema, retry_policy=self.retry_policy, redact=self.redact
+            )
         return self._client
 
     @property
     def async_client(self) -> AsyncClient:
         if self._async_client is None:
             self._async_client = AsyncClient(
-                self.dsn, schema=self.schema, retry_policy=self.retry_policy
+                self.dsn, schema=self.schema, retry_policy=self.retry_policy, redact=self.redact
             )
         return self._async_client
 
@@ -121,6 +150,10 @@ class App:
         priority: int = 0,
         max_runtime: float | None = None,
         renew: str = "progress",
+        retry: RetryPolicy | None = None,
+        errors: ErrorRules | None = None,
+        payload_versions: Iterable[int] | None = None,
+        validate: Callable[[Any], Any] | None = None,
     ) -> Callable[[Handler], Task]: ...
 
     def task(
@@ -134,12 +167,21 @@ class App:
         priority: int = 0,
         max_runtime: float | None = None,
         renew: str = "progress",
+        retry: RetryPolicy | None = None,
+        errors: ErrorRules | None = None,
+        payload_versions: Iterable[int] | None = None,
+        validate: Callable[[Any], Any] | None = None,
     ) -> Task | Callable[[Handler], Task]:
         """Register a handler, as ``@app.task`` or ``@app.task(name=..., queue=...)``.
 
         ``max_runtime`` (seconds) stops an attempt that runs longer, whatever its lease
         renewals; it then fails with ``MAX_RUNTIME_EXCEEDED`` and is retried or dead by the
         retry policy. ``renew`` picks the lease renewal policy (see ``RENEW_POLICIES``).
+        ``retry`` overrides the app's retry policy; ``errors`` maps exception types to
+        failure classes. ``payload_versions`` lists the payload versions the handler
+        accepts (others go dead with ``UNSUPPORTED_PAYLOAD_VERSION``); ``validate`` checks
+        or converts the payload before the handler sees it (a failure goes dead with
+        ``INVALID_PAYLOAD``; its return value is what the handler gets).
 
         The default name is ``module.function``, so it survives refactors only if the
         function stays put; give ``name=`` for tasks with jobs already in flight.
@@ -158,6 +200,10 @@ class App:
                 priority=priority,
                 max_runtime=max_runtime,
                 renew=renew,
+                retry=retry,
+                errors=errors,
+                payload_versions=payload_versions,
+                validate=validate,
             )
             self.tasks[task_name] = task
             return task

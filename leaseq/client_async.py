@@ -8,7 +8,8 @@ script. A test fails when the two disagree.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -34,9 +35,10 @@ from leaseq.models import (
     lease_from_row,
     stats_from_row,
 )
-from leaseq.retry import RetryPolicy
+from leaseq.redact import Redactor, default_redact
+from leaseq.retry import ErrorClass, RetryPolicy
 from leaseq.sql import Queries, check_schema_name, latest_version, migrations
-from leaseq.states import JobStatus, decide_failure
+from leaseq.states import FailureDecision, JobStatus, decide_failure
 
 Row = tuple[Any, ...]
 
@@ -73,8 +75,11 @@ class AsyncClient:
         retry_policy: RetryPolicy | None = None,
         payload_limit: int = validate.DEFAULT_PAYLOAD_LIMIT,
         application_name: str = "leaseq",
+        redact: Redactor | None = default_redact,
     ) -> None:
         self.schema = check_schema_name(schema)
+        #: Scrubs secrets from error details before they are stored (None: store as is).
+        self.redact = redact
         self.queries = Queries(schema)
         self.channel = notify_channel(schema)
         self.retry_policy = retry_policy or RetryPolicy()
@@ -236,6 +241,7 @@ class AsyncClient:
             "run_at": run_at,
             "delay": delay,
             "max_attempts": validate.check_max_attempts(spec.max_attempts),
+            "payload_version": validate.check_payload_version(spec.payload_version),
         }
 
     async def enqueue(
@@ -248,14 +254,16 @@ class AsyncClient:
         run_at: Any = None,
         delay: Any = None,
         max_attempts: int = 8,
+        payload_version: int | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> int:
         """Store one job; returns its id.
 
         With ``connection`` the insert joins that connection's open transaction: the job
-        exists, and workers are woken, only if the caller commits.
+        exists, and workers are woken, only if the caller commits. ``payload_version`` tags
+        the payload's schema, for tasks that accept only some versions.
         """
-        spec = JobSpec(task, payload, queue, priority, run_at, delay, max_attempts)
+        spec = JobSpec(task, payload, queue, priority, run_at, delay, max_attempts, payload_version)
         params = self._job_params(spec)
         params["channel"] = self.channel
         rows = await self._rows("insert_job", params, connection)
@@ -283,6 +291,7 @@ class AsyncClient:
             "run_ats": [p["run_at"] for p in params_list],
             "delays": [p["delay"] for p in params_list],
             "max_attempts": [p["max_attempts"] for p in params_list],
+            "payload_versions": [p["payload_version"] for p in params_list],
             "channel": self.channel,
         }
         rows = await self._rows("insert_jobs", arrays, connection)
@@ -355,15 +364,28 @@ class AsyncClient:
         """
         return lease.job_id in await self.complete_many([lease], connection=connection)
 
-    def _decide(self, failure: Failure) -> tuple[str, float]:
+    def _detail(self, detail: str | None) -> str | None:
+        if detail is not None and self.redact is not None:
+            detail = self.redact(detail)
+        return validate.bound_detail(detail)
+
+    def _decide(self, failure: Failure) -> FailureDecision:
         lease = failure.lease
-        decision = decide_failure(
+        policy = failure.policy or self.retry_policy
+        elapsed = None
+        if lease.claimed_at is not None and lease.created_at is not None:
+            waited = (lease.claimed_at - lease.created_at).total_seconds()
+            elapsed = waited + (time.monotonic() - lease.claimed_monotonic)
+        return decide_failure(
             attempt=lease.attempt,
             max_attempts=lease.max_attempts,
-            retryable=failure.retryable,
-            delay=self.retry_policy.delay(lease.attempt, failure.retry_in),
+            error_class=failure.effective_class,
+            delay=policy.delay(lease.attempt, failure.retry_in),
+            unknown_failures=lease.unknown_failures,
+            unknown_attempts=policy.unknown_attempts,
+            elapsed=elapsed,
+            max_elapsed=policy.max_elapsed,
         )
-        return str(decision.to_status), decision.delay
 
     async def fail_many(self, failures: Sequence[Failure]) -> dict[int, JobStatus]:
         """Report failed attempts, fenced; returns each job still ours with its new status."""
@@ -372,10 +394,12 @@ class AsyncClient:
         decisions = [self._decide(f) for f in failures]
         params = {
             **_fence_arrays([f.lease for f in failures]),
-            "to_statuses": [d[0] for d in decisions],
-            "delays": [d[1] for d in decisions],
+            "to_statuses": [str(d.to_status) for d in decisions],
+            "delays": [d.delay for d in decisions],
+            "reasons": [d.reason for d in decisions],
             "codes": [validate.bound_code(f.error_code) for f in failures],
-            "details": [validate.bound_detail(f.detail) for f in failures],
+            "classes": [str(f.effective_class) for f in failures],
+            "details": [self._detail(f.detail) for f in failures],
         }
         rows = await self._rows("fail_jobs", params)
         return {int(row[0]): JobStatus(row[1]) for row in rows}
@@ -388,10 +412,14 @@ class AsyncClient:
         retryable: bool = True,
         detail: str | None = None,
         retry_in: float | None = None,
+        error_class: str | None = None,
     ) -> bool:
         """Record a failed attempt: retry later with back-off, or dead when it cannot help
-        (not retryable, or attempts used up). False means the lease was lost."""
-        failure = Failure(lease, error_code, retryable, detail, retry_in)
+        (not retryable, or a budget is used up). ``error_class`` (permanent, transient,
+        unknown) overrides ``retryable``. False means the lease was lost."""
+        if error_class is not None:
+            ErrorClass(error_class)  # refuse a typo before anything is written
+        failure = Failure(lease, error_code, retryable, detail, retry_in, error_class)
         return lease.job_id in await self.fail_many([failure])
 
     async def release_many(self, leases: Sequence[Lease]) -> set[int]:
@@ -405,9 +433,16 @@ class AsyncClient:
         """Give an unstarted job back; False means the lease was lost and nothing changed."""
         return lease.job_id in await self.release_many([lease])
 
-    async def sweep(self, *, batch_size: int = 1000, actor: str = "sweeper") -> SweepResult:
-        """Recover expired leases: retry with back-off, or dead once attempts are used up.
+    async def sweep(
+        self,
+        *,
+        batch_size: int = 1000,
+        actor: str = "sweeper",
+        policies: Mapping[str, RetryPolicy] | None = None,
+    ) -> SweepResult:
+        """Recover expired leases: retry with back-off, or dead once a budget is used up.
 
+        ``policies`` maps task names to their own retry policies (the client's otherwise).
         Works in batches, each its own short transaction; several sweepers may run at once.
         """
         batch = validate.check_int("batch_size", batch_size, 1, 100_000)
@@ -419,15 +454,21 @@ class AsyncClient:
                 locked = await cur.fetchall()
                 if not locked:
                     return total
-                decisions = [
-                    decide_failure(
-                        attempt=attempt,
-                        max_attempts=max_attempts,
-                        retryable=True,
-                        delay=self.retry_policy.delay(attempt),
+                decisions = []
+                for _, _, task, attempt, max_attempts, unknown, elapsed in locked:
+                    policy = (policies or {}).get(task) or self.retry_policy
+                    decisions.append(
+                        decide_failure(
+                            attempt=attempt,
+                            max_attempts=max_attempts,
+                            error_class=ErrorClass.TRANSIENT,
+                            delay=policy.delay(attempt),
+                            unknown_failures=unknown,
+                            unknown_attempts=policy.unknown_attempts,
+                            elapsed=elapsed,
+                            max_elapsed=policy.max_elapsed,
+                        )
                     )
-                    for (_, _, _, attempt, max_attempts) in locked
-                ]
                 cur = await conn.execute(
                     self.queries["expire_leases"],
                     {
@@ -435,6 +476,7 @@ class AsyncClient:
                         "tokens": [row[1] for row in locked],
                         "to_statuses": [str(d.to_status) for d in decisions],
                         "delays": [d.delay for d in decisions],
+                        "reasons": [d.reason for d in decisions],
                         "actor": actor,
                     },
                 )
@@ -456,6 +498,28 @@ class AsyncClient:
         """The audit trail of one job, oldest first."""
         return [event_from_row(row) for row in await self._rows("job_events", {"id": job_id})]
 
+    @staticmethod
+    def _filter(
+        statuses: Sequence[str],
+        *,
+        job_id: int | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        error_code: str | None = None,
+        older_than: float | None = None,
+        newer_than: float | None = None,
+    ) -> dict[str, Any]:
+        """Parameters of the operator filter shared by listing, replay and purge."""
+        return {
+            "statuses": [str(JobStatus(s)) for s in statuses],
+            "id": job_id,
+            "queue": queue,
+            "task": task,
+            "error_code": error_code,
+            "older_than": older_than,
+            "newer_than": newer_than,
+        }
+
     async def list_jobs(
         self,
         status: str = "dead",
@@ -463,17 +527,43 @@ class AsyncClient:
         queue: str | None = None,
         task: str | None = None,
         error_code: str | None = None,
+        older_than: float | None = None,
+        newer_than: float | None = None,
         limit: int = 100,
     ) -> list[Job]:
-        """Jobs in one state, newest first, optionally filtered by queue, task, error code."""
-        params = {
-            "status": str(JobStatus(status)),
-            "queue": queue,
-            "task": task,
-            "error_code": error_code,
-            "limit": validate.check_int("limit", limit, 1, 100_000),
-        }
+        """Jobs in one state, newest first, filtered by queue, task, error code, and age
+        (seconds since they finished: ``older_than`` / ``newer_than``)."""
+        params = self._filter(
+            [status],
+            queue=queue,
+            task=task,
+            error_code=error_code,
+            older_than=older_than,
+            newer_than=newer_than,
+        )
+        params["limit"] = validate.check_int("limit", limit, 1, 100_000)
         return [job_from_row(row) for row in await self._rows("list_jobs", params)]
+
+    async def count_jobs(
+        self,
+        status: str = "dead",
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        error_code: str | None = None,
+        older_than: float | None = None,
+        newer_than: float | None = None,
+    ) -> int:
+        """How many jobs ``list_jobs`` (without a limit) would find: a dry run's count."""
+        params = self._filter(
+            [status],
+            queue=queue,
+            task=task,
+            error_code=error_code,
+            older_than=older_than,
+            newer_than=newer_than,
+        )
+        return int((await self._rows("count_jobs", params))[0][0])
 
     async def queues_have_work(self, queues: Sequence[str]) -> bool:
         """True while any of ``queues`` has a pending (even if scheduled) or running job."""
@@ -506,14 +596,105 @@ class AsyncClient:
         ``reason`` is required and stored with ``actor`` in the audit trail. False when the
         job does not exist or is not dead (or cancelled, with ``allow_cancelled``).
         """
+        statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
+        params = self._filter(statuses, job_id=job_id)
+        return bool(await self._replay_batch(params, reason, actor, 1))
+
+    async def replay_many(
+        self,
+        *,
+        reason: str,
+        actor: str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        error_code: str | None = None,
+        older_than: float | None = None,
+        newer_than: float | None = None,
+        allow_cancelled: bool = False,
+        batch_size: int = 500,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Replay every dead job matching the filter, in batches (each its own short
+        transaction); ``on_progress(n)`` after each batch. Returns how many were replayed."""
+        statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
+        params = self._filter(
+            statuses,
+            queue=queue,
+            task=task,
+            error_code=error_code,
+            older_than=older_than,
+            newer_than=newer_than,
+        )
+        batch = validate.check_int("batch_size", batch_size, 1, 10_000)
+        total = 0
+        while done := await self._replay_batch(params, reason, actor, batch):
+            total += done
+            if on_progress is not None:
+                on_progress(done)
+        return total
+
+    async def _replay_batch(
+        self, params: dict[str, Any], reason: str, actor: str | None, limit: int
+    ) -> int:
         if not isinstance(reason, str) or not reason.strip():
             raise ConfigError("replay needs a reason (what was fixed)")
-        from_statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = {
-            "id": job_id,
-            "from_statuses": from_statuses,
+            **params,
+            "limit": limit,
             "actor": actor,
             "reason": validate.bound_detail(reason),
             "channel": self.channel,
         }
-        return bool(await self._rows("replay_job", params))
+        return len(await self._rows("replay_jobs", params))
+
+    async def purge_dead(
+        self,
+        *,
+        reason: str,
+        actor: str | None = None,
+        older_than: float | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        error_code: str | None = None,
+        batch_size: int = 500,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Delete dead jobs matching the filter; each leaves a final ``purged`` event with
+        ``actor`` and ``reason``. Returns how many were deleted."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError("purging dead jobs needs a reason")
+        params = {
+            **self._filter(
+                ["dead"], queue=queue, task=task, error_code=error_code, older_than=older_than
+            ),
+            "limit": validate.check_int("batch_size", batch_size, 1, 10_000),
+            "actor": actor,
+            "reason": validate.bound_detail(reason),
+        }
+        total = 0
+        while done := len(await self._rows("purge_jobs", params)):
+            total += done
+            if on_progress is not None:
+                on_progress(done)
+        return total
+
+    async def prune(
+        self, *, older_than: float, batch_size: int = 1000, max_batches: int | None = None
+    ) -> int:
+        """Retention: delete succeeded and cancelled jobs finished more than ``older_than``
+        seconds ago (and their trail), in small batches that never block claims. Dead jobs
+        are never pruned (see :meth:`purge_dead`). Returns how many were deleted."""
+        params = {
+            "older_than": validate.check_positive_seconds(
+                "older_than", older_than, 100 * 365 * 86400.0
+            ),
+            "limit": validate.check_int("batch_size", batch_size, 1, 100_000),
+        }
+        total = batches = 0
+        while max_batches is None or batches < max_batches:
+            done = len(await self._rows("prune_finished", params))
+            total += done
+            batches += 1
+            if done < params["limit"]:
+                break
+        return total

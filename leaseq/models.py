@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from leaseq.retry import ErrorClass, RetryPolicy
 from leaseq.states import JobStatus
 
 
@@ -30,6 +32,14 @@ class Lease:
     priority: int = 0
     created_at: dt.datetime | None = None
     lease_seconds: float = 60.0
+    payload_version: int | None = None
+    unknown_failures: int = 0
+    #: Database time of the claim; with ``created_at`` it gives the job's age for budgets.
+    claimed_at: dt.datetime | None = None
+    #: Local monotonic time the lease object was made (at the claim), for elapsed times.
+    claimed_monotonic: float = field(
+        default_factory=time.monotonic, repr=False, compare=False, kw_only=True
+    )
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,16 @@ class Failure:
     retryable: bool = True
     detail: str | None = None
     retry_in: float | None = None
+    #: permanent / transient / unknown; when None, ``retryable`` picks transient/permanent.
+    error_class: str | None = None
+    #: Overrides the client's retry policy for this failure (a task's own policy).
+    policy: RetryPolicy | None = None
+
+    @property
+    def effective_class(self) -> ErrorClass:
+        if self.error_class is not None:
+            return ErrorClass(self.error_class)
+        return ErrorClass.TRANSIENT if self.retryable else ErrorClass.PERMANENT
 
 
 @dataclass(frozen=True)
@@ -79,6 +99,9 @@ class Job:
     heartbeat_at: dt.datetime | None
     finished_at: dt.datetime | None
     cancel_requested_at: dt.datetime | None
+    payload_version: int | None = None
+    last_error_class: str | None = None
+    unknown_failures: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +125,7 @@ class JobEvent:
     attempt: int | None
     error_code: str | None
     detail: str | None
+    error_class: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -153,14 +177,31 @@ class JobSpec:
     run_at: dt.datetime | None = None
     delay: float | dt.timedelta | None = None
     max_attempts: int = 8
+    payload_version: int | None = None
 
 
 def lease_from_row(row: Sequence[Any], lease_seconds: float) -> Lease:
-    (job_id, token, owner, task, queue, payload, attempt, max_attempts, expires, prio, created) = (
-        row
-    )
+    (
+        job_id,
+        token,
+        owner,
+        task,
+        queue,
+        payload,
+        attempt,
+        max_attempts,
+        expires,
+        prio,
+        created,
+        payload_version,
+        unknown_failures,
+        claimed_at,
+    ) = row
     return Lease(
         lease_seconds=lease_seconds,
+        payload_version=payload_version,
+        unknown_failures=unknown_failures,
+        claimed_at=claimed_at,
         job_id=job_id,
         token=token,
         owner=owner,

@@ -55,10 +55,14 @@ def allowed(event: str, from_status: JobStatus, to_status: JobStatus) -> bool:
 
 @dataclass(frozen=True)
 class FailureDecision:
-    """What a failed (or expired) attempt leads to: a retry after ``delay`` s, or dead."""
+    """What a failed (or expired) attempt leads to: a retry after ``delay`` s, or dead.
+
+    ``reason`` says why, in words an operator reads in the audit trail.
+    """
 
     to_status: JobStatus
     delay: float
+    reason: str
 
     @property
     def retry(self) -> bool:
@@ -66,13 +70,33 @@ class FailureDecision:
 
 
 def decide_failure(
-    *, attempt: int, max_attempts: int, retryable: bool, delay: float
+    *,
+    attempt: int,
+    max_attempts: int,
+    error_class: str = "transient",
+    delay: float,
+    unknown_failures: int = 0,
+    unknown_attempts: int = 3,
+    elapsed: float | None = None,
+    max_elapsed: float | None = None,
 ) -> FailureDecision:
-    """Retry while attempts remain and the failure may improve; otherwise the job is dead.
+    """Retry while the failure may improve and every budget allows it; otherwise dead.
 
-    ``attempt`` is the attempt that just failed (1-based, as counted at claim time) and
-    ``delay`` the back-off the retry policy chose for it.
+    ``attempt`` is the attempt that just failed (1-based, as counted at claim time);
+    ``unknown_failures`` counts the job's earlier failures of class unknown; ``elapsed`` is
+    seconds since the job was enqueued; ``delay`` the back-off the policy chose.
     """
-    if not retryable or attempt >= max_attempts:
-        return FailureDecision(JobStatus.DEAD, 0.0)
-    return FailureDecision(JobStatus.PENDING, max(0.0, delay))
+    if error_class == "permanent":
+        return FailureDecision(JobStatus.DEAD, 0.0, "permanent failure")
+    if attempt >= max_attempts:
+        return FailureDecision(JobStatus.DEAD, 0.0, f"all {max_attempts} attempts used")
+    if error_class == "unknown" and unknown_failures + 1 >= unknown_attempts:
+        return FailureDecision(
+            JobStatus.DEAD, 0.0, f"{unknown_failures + 1} failures of unknown cause"
+        )
+    delay = max(0.0, delay)
+    if max_elapsed is not None and elapsed is not None and elapsed + delay > max_elapsed:
+        return FailureDecision(
+            JobStatus.DEAD, 0.0, f"retry would start after the {max_elapsed:g}s time budget"
+        )
+    return FailureDecision(JobStatus.PENDING, delay, f"retry in {delay:.3g}s")

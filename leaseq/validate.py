@@ -70,6 +70,21 @@ def check_positive_seconds(kind: str, value: object, high: float = LEASE_SECONDS
     return seconds
 
 
+def check_payload_version(value: object) -> int | None:
+    if value is None:
+        return None
+    return check_int("payload_version", value, 0, 2**31 - 1)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``15m``, ``2h``, ``7d`` or ``1w``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text or "")
+    if not match:
+        raise ConfigError(f"invalid duration {text!r}: use e.g. 90s, 15m, 2h, 7d")
+    units = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+    return float(match.group(1)) * units[match.group(2)]
+
+
 def check_worker_id(value: object) -> str:
     if not isinstance(value, str) or not value or len(value) > WORKER_ID_MAX:
         raise ConfigError(

@@ -1,4 +1,4 @@
-"""Pure rules, no database: the state machine table and the retry policy."""
+"""Pure rules, no database: the state machine table, classification and the retry policy."""
 
 from __future__ import annotations
 
@@ -6,24 +6,44 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leaseq.errors import ConfigError
-from leaseq.retry import RetryPolicy
+from leaseq.errors import ConfigError, Permanent, Retry
+from leaseq.retry import Classifier, ErrorClass, RetryPolicy
 from leaseq.states import JobStatus, allowed, decide_failure
+from leaseq.validate import parse_duration
 
 
-def test_failure_with_attempts_left_is_retried_after_the_policy_delay() -> None:
-    d = decide_failure(attempt=1, max_attempts=3, retryable=True, delay=4.5)
+def test_transient_failure_with_attempts_left_is_retried_after_the_policy_delay() -> None:
+    d = decide_failure(attempt=1, max_attempts=3, error_class="transient", delay=4.5)
     assert d.to_status is JobStatus.PENDING and d.delay == 4.5 and d.retry
 
 
 def test_last_attempt_failure_is_dead_not_deleted() -> None:
-    d = decide_failure(attempt=3, max_attempts=3, retryable=True, delay=4.5)
-    assert d.to_status is JobStatus.DEAD and not d.retry
+    d = decide_failure(attempt=3, max_attempts=3, error_class="transient", delay=4.5)
+    assert d.to_status is JobStatus.DEAD and d.reason == "all 3 attempts used"
 
 
 def test_permanent_failure_is_dead_on_first_attempt() -> None:
-    d = decide_failure(attempt=1, max_attempts=8, retryable=False, delay=1.0)
-    assert d.to_status is JobStatus.DEAD
+    d = decide_failure(attempt=1, max_attempts=8, error_class="permanent", delay=1.0)
+    assert d.to_status is JobStatus.DEAD and d.reason == "permanent failure"
+
+
+def test_unknown_failures_have_their_own_smaller_budget() -> None:
+    kwargs = {"attempt": 2, "max_attempts": 8, "error_class": "unknown", "delay": 1.0}
+    assert decide_failure(**kwargs, unknown_failures=0, unknown_attempts=3).retry
+    assert decide_failure(**kwargs, unknown_failures=1, unknown_attempts=3).retry
+    dead = decide_failure(**kwargs, unknown_failures=2, unknown_attempts=3)
+    assert not dead.retry and "unknown cause" in dead.reason
+    # transient failures do not spend the unknown budget
+    assert decide_failure(
+        attempt=5, max_attempts=8, error_class="transient", delay=1, unknown_failures=2
+    ).retry
+
+
+def test_time_budget_stops_retries_that_would_start_too_late() -> None:
+    common = {"attempt": 2, "max_attempts": 8, "error_class": "transient", "max_elapsed": 60.0}
+    assert decide_failure(**common, delay=10, elapsed=49).retry
+    late = decide_failure(**common, delay=10, elapsed=51)
+    assert not late.retry and "time budget" in late.reason
 
 
 @pytest.mark.parametrize(
@@ -54,6 +74,11 @@ def test_policy_grows_exponentially_until_the_cap() -> None:
     assert [policy.delay(n) for n in range(1, 7)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
 
 
+def test_full_jitter_uses_the_whole_window() -> None:
+    policy = RetryPolicy(base=1.0, cap=100.0, rng=lambda: 0.25)
+    assert policy.delay(4) == 2.0  # 0.25 * 8
+
+
 def test_handler_retry_in_wins_but_not_beyond_the_cap() -> None:
     policy = RetryPolicy(base=1.0, cap=30.0, rng=lambda: 0.5)
     assert policy.delay(5, retry_in=3.0) == 3.0
@@ -61,11 +86,52 @@ def test_handler_retry_in_wins_but_not_beyond_the_cap() -> None:
     assert policy.delay(5, retry_in=-2.0) == 0.0
 
 
-def test_nonsense_policy_is_refused() -> None:
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"base": 0}, {"base": 10, "cap": 1}, {"max_elapsed": 0}, {"unknown_attempts": 0}],
+)
+def test_nonsense_policy_is_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
-        RetryPolicy(base=0)
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+class Flaky(Exception):
+    pass
+
+
+class VeryFlaky(Flaky):
+    pass
+
+
+def test_classification_order_explicit_then_task_then_app_then_unknown() -> None:
+    classifier = Classifier.build(
+        {VeryFlaky: "permanent"}, [(Flaky, "transient"), (ValueError, "permanent")]
+    )
+    assert classifier.classify(Permanent("BAD_INPUT")) == (ErrorClass.PERMANENT, "BAD_INPUT")
+    assert classifier.classify(Retry("SLOW", retry_in=3)) == (ErrorClass.TRANSIENT, "SLOW")
+    assert classifier.classify(VeryFlaky()) == (ErrorClass.PERMANENT, "VeryFlaky")
+    assert classifier.classify(Flaky()) == (ErrorClass.TRANSIENT, "Flaky")
+    assert classifier.classify(ValueError()) == (ErrorClass.PERMANENT, "ValueError")
+    assert classifier.classify(KeyError()) == (ErrorClass.UNKNOWN, "KeyError")
+
+
+@pytest.mark.parametrize("rules", [{"not a type": "permanent"}, {ValueError: "sometimes"}])
+def test_bad_error_rules_are_refused(rules: dict[object, str]) -> None:
     with pytest.raises(ConfigError):
-        RetryPolicy(base=10, cap=1)
+        Classifier.build(rules, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("2h", 7200), ("7d", 604800)]
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "-5m", "5 years"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_duration(text)
 
 
 @given(
@@ -84,13 +150,48 @@ def test_jitter_stays_within_zero_and_the_ceiling(
 
 @given(
     attempt=st.integers(min_value=1, max_value=50),
-    max_attempts=st.integers(min_value=1, max_value=50),
-    retryable=st.booleans(),
+    retry_in=st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False)),
+    cap=st.floats(min_value=1, max_value=1e5),
 )
-def test_attempt_budget_is_never_exceeded(attempt: int, max_attempts: int, retryable: bool) -> None:
-    d = decide_failure(attempt=attempt, max_attempts=max_attempts, retryable=retryable, delay=1)
+def test_delay_never_exceeds_the_cap(attempt: int, retry_in: float | None, cap: float) -> None:
+    assert 0 <= RetryPolicy(base=1, cap=cap).delay(attempt, retry_in) <= cap
+
+
+@given(
+    attempt=st.integers(min_value=1, max_value=50),
+    max_attempts=st.integers(min_value=1, max_value=50),
+    error_class=st.sampled_from(["permanent", "transient", "unknown"]),
+    unknown_failures=st.integers(min_value=0, max_value=10),
+    unknown_attempts=st.integers(min_value=1, max_value=10),
+    elapsed=st.floats(min_value=0, max_value=1e5),
+    delay=st.floats(min_value=0, max_value=1e4),
+    max_elapsed=st.one_of(st.none(), st.floats(min_value=1, max_value=1e5)),
+)
+def test_every_budget_is_respected(
+    attempt: int,
+    max_attempts: int,
+    error_class: str,
+    unknown_failures: int,
+    unknown_attempts: int,
+    elapsed: float,
+    delay: float,
+    max_elapsed: float | None,
+) -> None:
+    d = decide_failure(
+        attempt=attempt,
+        max_attempts=max_attempts,
+        error_class=error_class,
+        delay=delay,
+        unknown_failures=unknown_failures,
+        unknown_attempts=unknown_attempts,
+        elapsed=elapsed,
+        max_elapsed=max_elapsed,
+    )
     if d.retry:
-        # A retry means another claim, which makes attempt + 1: still within budget.
-        assert retryable and attempt + 1 <= max_attempts
+        assert error_class != "permanent"
+        assert attempt + 1 <= max_attempts, "the retry's claim stays within max_attempts"
+        assert error_class != "unknown" or unknown_failures + 1 < unknown_attempts
+        assert max_elapsed is None or elapsed + d.delay <= max_elapsed
+        assert d.delay == delay
     else:
-        assert not retryable or attempt >= max_attempts
+        assert d.to_status is JobStatus.DEAD and d.delay == 0

@@ -43,7 +43,17 @@ def _parse_queries(text: str) -> dict[str, str]:
             line for line in body.strip().splitlines() if not line.startswith("--")
         ).strip()
         queries[name] = statement.rstrip(";")
-    return queries
+    fragments = {name: text for name, text in queries.items() if name.startswith("_")}
+    statements = {}
+    for name, text in queries.items():
+        if name.startswith("_"):
+            continue
+        for fragment, body in fragments.items():
+            text = text.replace("{" + fragment + "}", body)
+        if re.search(r"\{_\w+\}", text):
+            raise RuntimeError(f"statement {name} uses an unknown fragment")
+        statements[name] = text
+    return statements
 
 
 @cache

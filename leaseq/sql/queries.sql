@@ -6,6 +6,22 @@
 -- id + lease_owner + lease_token + "lease_expires_at > now()" (the sweep instead by
 -- "lease_expires_at <= now()"), and callers treat fewer rows than asked for as lost leases.
 -- All lease arithmetic is done with the database clock (now()); Python only sends intervals.
+--
+-- Blocks whose name starts with "_" are fragments, not statements: "{_name}" in a statement
+-- is replaced by the fragment's text.
+
+
+-- name: _job_filter
+-- The operator's filter (dead list, bulk replay, purge); a NULL parameter matches all.
+status = ANY(%(statuses)s::{schema}.job_status[])
+  AND (%(id)s::bigint IS NULL OR id = %(id)s)
+  AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+  AND (%(older_than)s::float8 IS NULL
+       OR finished_at <= now() - make_interval(secs => %(older_than)s))
+  AND (%(newer_than)s::float8 IS NULL
+       OR finished_at > now() - make_interval(secs => %(newer_than)s))
 
 
 -- name: migrate_lock
@@ -40,11 +56,12 @@ SELECT max(version) FROM {schema}.schema_version;
 -- One round trip: the row and its wake-up go together, so the NOTIFY is delivered only if
 -- (and when) the enclosing transaction commits. Jobs scheduled for later wake nobody.
 WITH ins AS (
-  INSERT INTO {schema}.jobs (queue_name, task, payload, priority, available_at, max_attempts)
+  INSERT INTO {schema}.jobs
+    (queue_name, task, payload, priority, available_at, max_attempts, payload_version)
   VALUES (
     %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
-    %(max_attempts)s
+    %(max_attempts)s, %(payload_version)s
   )
   RETURNING id, queue_name, available_at
 )
@@ -56,13 +73,17 @@ FROM ins;
 -- order unnest produces rows, so sorted ids match the input order. PostgreSQL folds
 -- duplicate notifications of one transaction, so one wake-up per queue goes out.
 WITH ins AS (
-  INSERT INTO {schema}.jobs (queue_name, task, payload, priority, available_at, max_attempts)
+  INSERT INTO {schema}.jobs
+    (queue_name, task, payload, priority, available_at, max_attempts, payload_version)
   SELECT u.queue, u.task, u.payload, u.priority,
-         coalesce(u.run_at, now() + make_interval(secs => u.delay)), u.max_attempts
+         coalesce(u.run_at, now() + make_interval(secs => u.delay)), u.max_attempts,
+         u.payload_version
   FROM unnest(
     %(queues)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[], %(priorities)s::int[],
-    %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::int[]
-  ) WITH ORDINALITY AS u(queue, task, payload, priority, run_at, delay, max_attempts, ord)
+    %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::int[],
+    %(payload_versions)s::int[]
+  ) WITH ORDINALITY
+    AS u(queue, task, payload, priority, run_at, delay, max_attempts, payload_version, ord)
   ORDER BY u.ord
   RETURNING id, queue_name, available_at
 )
@@ -96,7 +117,8 @@ SET status = 'running',
 FROM candidate
 WHERE j.id = candidate.id
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload,
-          j.attempt_count, j.max_attempts, j.lease_expires_at, j.priority, j.created_at;
+          j.attempt_count, j.max_attempts, j.lease_expires_at, j.priority, j.created_at,
+          j.payload_version, j.unknown_failures, now();
 
 -- name: heartbeat_jobs
 -- Renews many leases in one statement; rows missing from RETURNING lost their lease.
@@ -134,8 +156,9 @@ WITH d AS (
   SELECT *
   FROM unnest(
     %(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
-    %(to_statuses)s::text[], %(delays)s::float8[], %(codes)s::text[], %(details)s::text[]
-  ) AS d(id, owner, token, to_status, delay, code, detail)
+    %(to_statuses)s::text[], %(delays)s::float8[], %(codes)s::text[], %(details)s::text[],
+    %(classes)s::text[], %(reasons)s::text[]
+  ) AS d(id, owner, token, to_status, delay, code, detail, class, reason)
 ), upd AS (
   UPDATE {schema}.jobs AS j
   SET status = CASE
@@ -154,21 +177,27 @@ WITH d AS (
       lease_owner = NULL,
       lease_expires_at = NULL,
       last_error_code = d.code,
-      last_error_detail = d.detail
+      last_error_detail = d.detail,
+      last_error_class = d.class,
+      unknown_failures = j.unknown_failures + (d.class = 'unknown')::int
   FROM d
   WHERE j.id = d.id
     AND j.status = 'running'
     AND j.lease_owner = d.owner
     AND j.lease_token = d.token
     AND j.lease_expires_at > now()
-  RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail
+  RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
+            d.class, d.reason
 )
 INSERT INTO {schema}.job_events
-  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code, detail)
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
+   error_class, detail)
 SELECT id,
        CASE status WHEN 'pending' THEN 'retry_scheduled' WHEN 'dead' THEN 'dead'
                    ELSE 'cancelled' END,
-       'running', status, owner, lease_token, attempt_count, code, detail
+       'running', status, owner, lease_token, attempt_count, code, class,
+       left(CASE status WHEN 'cancelled' THEN 'cancel requested' ELSE reason END
+            || coalesce(': ' || detail, ''), 4000)
 FROM upd
 RETURNING job_id, to_status::text;
 
@@ -199,7 +228,8 @@ RETURNING job_id;
 -- name: lock_expired_leases
 -- First half of the sweep: lock a bounded batch of expired leases. SKIP LOCKED lets
 -- several sweepers run at once without waiting on each other or taking the same row.
-SELECT id, lease_token, lease_owner, attempt_count, max_attempts
+SELECT id, lease_token, task, attempt_count, max_attempts, unknown_failures,
+       extract(epoch FROM now() - created_at)::float8
 FROM {schema}.jobs
 WHERE status = 'running'
   AND lease_expires_at <= now()
@@ -214,8 +244,9 @@ FOR UPDATE SKIP LOCKED;
 WITH d AS (
   SELECT *
   FROM unnest(
-    %(ids)s::bigint[], %(tokens)s::bigint[], %(to_statuses)s::text[], %(delays)s::float8[]
-  ) AS d(id, token, to_status, delay)
+    %(ids)s::bigint[], %(tokens)s::bigint[], %(to_statuses)s::text[], %(delays)s::float8[],
+    %(reasons)s::text[]
+  ) AS d(id, token, to_status, delay, reason)
 ), upd AS (
   UPDATE {schema}.jobs AS j
   SET status = CASE
@@ -234,18 +265,22 @@ WITH d AS (
       lease_owner = NULL,
       lease_expires_at = NULL,
       last_error_code = 'LEASE_EXPIRED',
+      last_error_class = 'transient',
       last_error_detail = 'lease of ' || j.lease_owner || ' expired at ' || j.lease_expires_at
   FROM d
   WHERE j.id = d.id
     AND j.status = 'running'
     AND j.lease_token = d.token
     AND j.lease_expires_at <= now()
-  RETURNING j.id, j.status, j.lease_token, j.attempt_count, j.last_error_detail
+  RETURNING j.id, j.status, j.lease_token, j.attempt_count, j.last_error_detail, d.reason
 )
 INSERT INTO {schema}.job_events
-  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code, detail)
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
+   error_class, detail)
 SELECT id, 'lease_expired', 'running', status, %(actor)s, lease_token, attempt_count,
-       'LEASE_EXPIRED', last_error_detail
+       'LEASE_EXPIRED', 'transient',
+       CASE status WHEN 'cancelled' THEN 'cancel requested' ELSE reason END
+         || ': ' || last_error_detail
 FROM upd
 RETURNING job_id, to_status::text;
 
@@ -273,18 +308,22 @@ SELECT id,
 FROM upd
 RETURNING job_id, to_status::text;
 
--- name: replay_job
--- Dead (or, when allowed, cancelled) back to pending under the same id with a fresh
--- attempt budget; the previous attempt count stays in the event row.
+-- name: replay_jobs
+-- Dead (or, when allowed, cancelled) jobs back to pending under the same ids with a fresh
+-- attempt budget, in bounded batches; the previous attempt count stays in the event row.
+-- Serves both `replay ID` (filter by id) and bulk replay (filter by queue, task, code, age).
 WITH prev AS (
   SELECT id, status, attempt_count
   FROM {schema}.jobs
-  WHERE id = %(id)s AND status = ANY(%(from_statuses)s::{schema}.job_status[])
-  FOR UPDATE
+  WHERE {_job_filter}
+  ORDER BY id
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
 ), upd AS (
   UPDATE {schema}.jobs AS j
   SET status = 'pending',
       attempt_count = 0,
+      unknown_failures = 0,
       available_at = now(),
       finished_at = NULL,
       cancel_requested_at = NULL
@@ -303,32 +342,71 @@ WITH prev AS (
 SELECT ev.job_id, pg_notify(%(channel)s, upd.queue_name)::text
 FROM ev JOIN upd ON upd.id = ev.job_id;
 
+-- name: count_jobs
+-- How many jobs an operator's filter matches (the dry run of a bulk replay or purge).
+SELECT count(*) FROM {schema}.jobs WHERE {_job_filter};
+
+-- name: purge_jobs
+-- Deletes dead jobs an operator chose, in bounded batches. Their audit trail stays, with a
+-- final 'purged' row saying who removed them and why.
+WITH doomed AS (
+  SELECT id, status, lease_token, attempt_count
+  FROM {schema}.jobs
+  WHERE {_job_filter}
+  ORDER BY id
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+), gone AS (
+  DELETE FROM {schema}.jobs AS j USING doomed WHERE j.id = doomed.id RETURNING j.id
+)
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, actor, lease_token, attempt, detail)
+SELECT doomed.id, 'purged', doomed.status, %(actor)s, doomed.lease_token,
+       doomed.attempt_count, %(reason)s
+FROM doomed JOIN gone ON gone.id = doomed.id
+RETURNING job_id;
+
+-- name: prune_finished
+-- Retention: removes succeeded and cancelled jobs older than the cut-off, and their trail,
+-- in bounded batches. It locks only finished rows (SKIP LOCKED), which no claim touches,
+-- so pruning never delays a claim; scanning in id order finds the oldest rows first.
+WITH doomed AS (
+  SELECT id
+  FROM {schema}.jobs
+  WHERE status IN ('succeeded', 'cancelled')
+    AND finished_at < now() - make_interval(secs => %(older_than)s)
+  ORDER BY id
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+), trail AS (
+  DELETE FROM {schema}.job_events AS e USING doomed WHERE e.job_id = doomed.id
+)
+DELETE FROM {schema}.jobs AS j USING doomed WHERE j.id = doomed.id
+RETURNING j.id;
+
 
 -- name: get_job
 SELECT id, queue_name, task, payload, status::text, priority, available_at, attempt_count,
        max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
        last_error_detail, created_at, started_at, heartbeat_at, finished_at,
-       cancel_requested_at
+       cancel_requested_at, payload_version, last_error_class, unknown_failures
 FROM {schema}.jobs
 WHERE id = %(id)s;
 
 -- name: list_jobs
--- Operator listing (dead list, inspection). NULL filters match everything.
+-- Operator listing (dead list, inspection), newest first.
 SELECT id, queue_name, task, payload, status::text, priority, available_at, attempt_count,
        max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
        last_error_detail, created_at, started_at, heartbeat_at, finished_at,
-       cancel_requested_at
+       cancel_requested_at, payload_version, last_error_class, unknown_failures
 FROM {schema}.jobs
-WHERE status = %(status)s::{schema}.job_status
-  AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+WHERE {_job_filter}
 ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: job_events
 SELECT id, job_id, at, event, from_status::text, to_status::text, actor, lease_token,
-       attempt, error_code, detail
+       attempt, error_code, detail, error_class
 FROM {schema}.job_events
 WHERE job_id = %(id)s
 ORDER BY id;

@@ -65,6 +65,8 @@ class WorkerConfig:
     - ``poll_interval``: the worker checks the table at least this often, NOTIFY or not.
     - ``sweep_interval``: how often this worker recovers expired leases (any worker may).
     - ``op_timeout``: longest wait for one database statement before it counts as failed.
+    - ``retention``: succeeded/cancelled jobs older than this many seconds are pruned every
+      ``prune_interval`` (None: keep them; dead jobs are never pruned).
     - ``burst``: exit once nothing is claimable and nothing is running.
     - ``drain``: like burst, but also wait for scheduled retries of these queues.
     """
@@ -79,6 +81,8 @@ class WorkerConfig:
     sweep_interval: float = 15.0
     shutdown_timeout: float = 30.0
     op_timeout: float = 10.0
+    retention: float | None = 7 * 86400.0
+    prune_interval: float = 60.0
     listen: bool = True
     burst: bool = False
     drain: bool = False
@@ -103,6 +107,9 @@ class WorkerConfig:
         validate.check_positive_seconds("sweep_interval", self.sweep_interval, 3600)
         validate.check_positive_seconds("shutdown_timeout", self.shutdown_timeout, 86400)
         validate.check_positive_seconds("op_timeout", self.op_timeout, 3600)
+        if self.retention is not None:
+            validate.check_positive_seconds("retention", self.retention, 100 * 365 * 86400.0)
+        validate.check_positive_seconds("prune_interval", self.prune_interval, 86400)
         validate.check_worker_id(self.worker_id)
         if self.burst and self.drain:
             raise ConfigError("choose --burst or --drain, not both")

@@ -24,11 +24,13 @@ import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from leaseq.app import App, Task
 from leaseq.client_async import AsyncClient
 from leaseq.errors import Permanent, Retry
 from leaseq.models import Failure, Lease
+from leaseq.retry import ErrorClass
 from leaseq.worker.completer import Completer
 from leaseq.worker.config import QueueSettings, WorkerConfig
 from leaseq.worker.context import LEASE_LOST, JobAborted, JobContext
@@ -38,6 +40,8 @@ from leaseq.worker.outage import TRANSIENT, Outage
 log = logging.getLogger("leaseq.worker")
 
 UNKNOWN_TASK = "UNKNOWN_TASK"
+UNSUPPORTED_PAYLOAD_VERSION = "UNSUPPORTED_PAYLOAD_VERSION"
+INVALID_PAYLOAD = "INVALID_PAYLOAD"
 NO_PROGRESS = "NO_PROGRESS"
 MAX_RUNTIME_EXCEEDED = "MAX_RUNTIME_EXCEEDED"
 CANCELLED = "CANCELLED"
@@ -78,6 +82,8 @@ class _Running:
     #: measured from when the claim/renewal was *sent*, so it errs early.
     deadline: float
     started_at: float | None = None
+    #: What the handler receives: the stored payload, or what the task's validate made of it.
+    payload: Any = None
     #: The handler is done and its outcome is on its way to the database; the completer
     #: now owns the deadline (it gives up once the lease surely ended).
     reporting: bool = False
@@ -121,6 +127,7 @@ class Worker:
         )
         self._signals = 0
         self._renewal: asyncio.Task[None] | None = None
+        self._policies = {name: t.retry for name, t in app.tasks.items() if t.retry is not None}
 
     @property
     def worker_id(self) -> str:
@@ -168,6 +175,8 @@ class Worker:
             asyncio.create_task(self._keep_leases(), name="leaseq-lease-keeper"),
             asyncio.create_task(self._sweep_loop(), name="leaseq-sweeper"),
         ]
+        if self.config.retention is not None:
+            background.append(asyncio.create_task(self._prune_loop(), name="leaseq-pruner"))
         if self.config.listen:
             listener = Listener(self.client, frozenset(self.config.queue_names), self._wake)
             background.append(asyncio.create_task(listener.run(), name="leaseq-listener"))
@@ -246,15 +255,15 @@ class Worker:
             try:
                 async with asyncio.timeout(cfg.op_timeout):
                     claimed, exhausted = await self._claim_round(free)
-                self.outage.ok()
+                    self.outage.ok()
+                    if claimed and not exhausted:
+                        continue  # more may be waiting: go again at once
+                    if not claimed and not self._running and await self._finished():
+                        return
             except TRANSIENT as exc:
                 await self.outage.failed("claim", exc)
                 await self._sleep_or_wake(self.outage.backoff())
                 continue
-            if claimed and not exhausted:
-                continue  # more may be waiting: go again at once
-            if not claimed and not self._running and await self._finished():
-                return
             await self._sleep_or_wake(cfg.poll_interval)
 
     async def _claim_round(self, free: int) -> tuple[int, bool]:
@@ -333,7 +342,13 @@ class Worker:
         if reason == LEASE_LOST:
             return False  # someone else may own the job now: report nothing, ever
         if reason is not None:
-            outcome = Failure(lease, reason, retryable=True, detail=_abort_detail(reason, running))
+            outcome = Failure(
+                lease,
+                reason,
+                error_class=ErrorClass.TRANSIENT,
+                detail=_abort_detail(reason, running),
+                policy=running.task_def.retry if running.task_def else None,
+            )
         running.reporting = True
         self._completer.submit(
             outcome,
@@ -368,27 +383,35 @@ class Worker:
             return Failure(
                 lease,
                 UNKNOWN_TASK,
-                retryable=False,
+                error_class=ErrorClass.PERMANENT,
                 detail=f"no handler registered for task {lease.task!r} in this worker's app",
             )
+        running.payload, refused = _prepare_payload(task, lease)
+        if refused is not None:
+            return refused
         try:
             if task.is_async:
                 self._mark_started(running)
-                await task.fn(ctx, lease.payload)
+                await task.fn(ctx, running.payload)
             else:
                 loop = asyncio.get_running_loop()
                 await loop.run_in_executor(self._threads, self._call_sync, running, task)
-        except Permanent as exc:
-            return Failure(lease, exc.code, retryable=False, detail=exc.detail)
-        except Retry as exc:
-            return Failure(
-                lease, exc.code, retryable=True, detail=exc.detail, retry_in=exc.retry_in
-            )
         except JobAborted:
             return lease  # the abort decides what is reported
         except Exception as exc:
-            detail = "".join(traceback.format_exception(exc))
-            return Failure(lease, type(exc).__name__, retryable=True, detail=detail)
+            error_class, code = task.classifier.classify(exc)
+            if isinstance(exc, Permanent | Retry):
+                detail = exc.detail
+            else:  # unclassified or rule-matched: keep the whole (bounded) traceback
+                detail = "".join(traceback.format_exception(exc))
+            return Failure(
+                lease,
+                code,
+                error_class=error_class,
+                detail=detail,
+                retry_in=exc.retry_in if isinstance(exc, Retry) else None,
+                policy=task.retry,
+            )
         return lease
 
     def _call_sync(self, running: _Running, task: Task) -> None:
@@ -397,7 +420,7 @@ class Worker:
         if running.ctx.aborted is not None:
             return
         self._mark_started(running)
-        task.fn(running.ctx, running.lease.payload)
+        task.fn(running.ctx, running.payload)
 
     @staticmethod
     def _mark_started(running: _Running) -> None:
@@ -511,7 +534,7 @@ class Worker:
         while True:
             try:
                 async with asyncio.timeout(max(self.config.op_timeout, 30.0)):
-                    result = await self.client.sweep(actor=actor)
+                    result = await self.client.sweep(actor=actor, policies=self._policies)
                 self.stats.swept_requeued += result.requeued
                 self.stats.swept_dead += result.dead
                 if result.total:
@@ -524,6 +547,47 @@ class Worker:
             except TRANSIENT as exc:
                 await self.outage.failed("sweep", exc)
             await asyncio.sleep(self.config.sweep_interval)
+
+    async def _prune_loop(self) -> None:
+        """Retention, a little at a time: at most ten small batches per interval."""
+        retention = self.config.retention
+        assert retention is not None
+        while True:
+            await asyncio.sleep(self.config.prune_interval)
+            try:
+                async with asyncio.timeout(max(self.config.op_timeout, 30.0)):
+                    pruned = await self.client.prune(older_than=retention, max_batches=10)
+                if pruned:
+                    log.info("pruned %d finished job(s) older than %gs", pruned, retention)
+            except TRANSIENT as exc:
+                await self.outage.failed("prune", exc)
+
+
+def _prepare_payload(task: Task, lease: Lease) -> tuple[Any, Failure | None]:
+    """Check (and convert) the payload before the handler runs. A refusal is permanent —
+    retrying cannot fix a payload — so the job goes dead at once with a clear code."""
+    versions = task.payload_versions
+    if versions is not None and lease.payload_version not in versions:
+        return None, Failure(
+            lease,
+            UNSUPPORTED_PAYLOAD_VERSION,
+            error_class=ErrorClass.PERMANENT,
+            detail=(
+                f"payload version {lease.payload_version} is not one task {task.name} "
+                f"accepts ({', '.join(map(str, sorted(versions)))})"
+            ),
+        )
+    if task.validate is None:
+        return lease.payload, None
+    try:
+        return task.validate(lease.payload), None
+    except Exception as exc:
+        return None, Failure(
+            lease,
+            INVALID_PAYLOAD,
+            error_class=ErrorClass.PERMANENT,
+            detail=f"{type(exc).__name__}: {exc}",
+        )
 
 
 def _abort_detail(reason: str, running: _Running) -> str:
