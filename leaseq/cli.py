@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 import psycopg
@@ -242,6 +242,12 @@ def _queue_settings(specs: tuple[str, ...], app: App, any_queue: bool) -> tuple[
 @click.option("--sweep-interval", type=float, default=15.0, show_default=True)
 @click.option("--shutdown-timeout", type=float, default=30.0, show_default=True)
 @click.option("--op-timeout", type=float, default=10.0, show_default=True)
+@click.option(
+    "--retention",
+    default="7d",
+    show_default=True,
+    help="Prune succeeded/cancelled jobs older than this (e.g. 1d), or 'never'.",
+)
 @click.option("--no-listen", is_flag=True, help="Do not LISTEN; rely on polling only.")
 @click.option("--burst", is_flag=True, help="Exit once nothing is claimable and nothing runs.")
 @click.option("--drain", is_flag=True, help="Exit once the queues have no pending job at all.")
@@ -261,6 +267,7 @@ def worker(
     sweep_interval: float,
     shutdown_timeout: float,
     op_timeout: float,
+    retention: str,
     no_listen: bool,
     burst: bool,
     drain: bool,
@@ -288,6 +295,7 @@ def worker(
         sweep_interval=sweep_interval,
         shutdown_timeout=shutdown_timeout,
         op_timeout=op_timeout,
+        retention=None if retention == "never" else validate.parse_duration(retention),
         listen=not no_listen,
         burst=burst,
         drain=drain,
@@ -394,25 +402,58 @@ def dead() -> None:
     """Dead jobs: kept, inspectable, replayable."""
 
 
+if TYPE_CHECKING:
+    _FloatParam = click.ParamType[float]
+else:  # click < 8.3 has no generic ParamType at run time
+    _FloatParam = click.ParamType
+
+
+class Duration(_FloatParam):
+    """A duration such as 90s, 15m, 2h, 7d (seconds when bare)."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        try:
+            return validate.parse_duration(value)
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = Duration()
+
+
+def job_filters(func: Any) -> Any:
+    """The operator filter: queue, task, error code, age since the job finished."""
+    for option in reversed(
+        [
+            click.option("--queue", "-q", default=None, help="Only this queue."),
+            click.option("--task", default=None, help="Only this task."),
+            click.option("--error-code", default=None, help="Only this last error code."),
+            click.option(
+                "--older-than", type=DURATION, default=None, help="Finished before, e.g. 2h."
+            ),
+            click.option(
+                "--newer-than", type=DURATION, default=None, help="Finished within, e.g. 30m."
+            ),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
 @dead.command("list")
-@click.option("--queue", "-q", default=None)
-@click.option("--task", default=None)
-@click.option("--error-code", default=None)
+@job_filters
 @click.option("--limit", type=int, default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @pass_settings
-def dead_list(
-    settings: Settings,
-    queue: str | None,
-    task: str | None,
-    error_code: str | None,
-    limit: int,
-    as_json: bool,
-) -> None:
+def dead_list(settings: Settings, /, limit: int, as_json: bool, **filters: Any) -> None:
     """List dead jobs, newest first."""
-    found = settings.client.list_jobs(
-        "dead", queue=queue, task=task, error_code=error_code, limit=limit
-    )
+    found = settings.client.list_jobs("dead", limit=limit, **filters)
     if as_json:
         _emit_json([j.as_dict() for j in found])
         return
@@ -426,35 +467,111 @@ def dead_list(
             j.queue,
             j.task,
             j.last_error_code or "-",
+            j.last_error_class or "-",
             j.attempt_count,
             _age((now - j.finished_at).total_seconds()) if j.finished_at else "-",
         ]
         for j in found
     ]
-    click.echo(_table(["id", "queue", "task", "error", "attempts", "dead for"], rows))
+    click.echo(_table(["id", "queue", "task", "error", "class", "attempts", "dead for"], rows))
+    total = settings.client.count_jobs("dead", **filters)
+    if total > len(found):
+        click.echo(f"({len(found)} of {total} shown; use --limit)")
+
+
+@dead.command("purge")
+@job_filters
+@click.option("--reason", required=True, help="Why they are removed; kept in the audit trail.")
+@click.option("--actor", default=None, help="Who purges (default: $USER).")
+@click.option("--dry-run", is_flag=True, help="Only count what would be purged.")
+@pass_settings
+def dead_purge(
+    settings: Settings, /, reason: str, actor: str | None, dry_run: bool, **filters: Any
+) -> None:
+    """Delete dead jobs (their audit trail stays, ending in a 'purged' row)."""
+    if filters["newer_than"] is not None:
+        raise ConfigError("purge takes --older-than, not --newer-than")
+    del filters["newer_than"]
+    if not any(v is not None for v in filters.values()):
+        raise ConfigError("purge needs a filter (e.g. --older-than 30d); it will not purge all")
+    count = settings.client.count_jobs("dead", **filters)
+    if dry_run:
+        click.echo(f"would purge {count} dead job(s)")
+        return
+    who = actor or os.environ.get("USER") or "operator"
+    with click.progressbar(length=count, label="purging", file=sys.stderr) as bar:
+        done = settings.client.purge_dead(
+            reason=reason, actor=who, on_progress=bar.update, **filters
+        )
+    click.echo(f"purged {done} dead job(s)")
 
 
 @cli.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=int, required=False)
 @click.option("--reason", required=True, help="What was fixed; stored in the audit trail.")
 @click.option("--actor", default=None, help="Who replays (default: $USER).")
-@click.option("--allow-cancelled", is_flag=True, help="Also replay a cancelled job.")
+@click.option("--allow-cancelled", is_flag=True, help="Also replay cancelled jobs.")
+@job_filters
+@click.option("--all", "everything", is_flag=True, help="Bulk: every dead job (no filter).")
+@click.option("--dry-run", is_flag=True, help="Bulk: only count what would be replayed.")
 @pass_settings
 def replay(
-    settings: Settings, job_id: int, reason: str, actor: str | None, allow_cancelled: bool
+    settings: Settings,
+    /,
+    job_id: int | None,
+    reason: str,
+    actor: str | None,
+    allow_cancelled: bool,
+    everything: bool,
+    dry_run: bool,
+    **filters: Any,
 ) -> None:
-    """Bring a dead job back to pending under the same id (audited)."""
+    """Bring dead jobs back to pending under the same ids (audited).
+
+    One job: `replay ID --reason ...`. Many: `replay --error-code TIMEOUT --reason ...`
+    (any of the filters, or --all), with --dry-run to count first.
+    """
     who = actor or os.environ.get("USER") or "operator"
-    if settings.client.replay(job_id, reason=reason, actor=who, allow_cancelled=allow_cancelled):
-        click.echo(f"job {job_id} replayed by {who}")
+    client = settings.client
+    has_filter = any(v is not None for v in filters.values())
+    if job_id is not None:
+        if has_filter or everything or dry_run:
+            raise ConfigError("give a job id or bulk filters, not both")
+        if client.replay(job_id, reason=reason, actor=who, allow_cancelled=allow_cancelled):
+            click.echo(f"job {job_id} replayed by {who}")
+            return
+        job = client.get_job(job_id)
+        if job is None:
+            raise Failed(f"no job with id {job_id}")
+        allowed = "dead or cancelled" if allow_cancelled else "dead"
+        raise Failed(
+            f"job {job_id} is {job.status}, not {allowed}; only {allowed} jobs can be replayed"
+        )
+    if not (has_filter or everything):
+        raise ConfigError("give a job id, or bulk filters (--queue, --error-code, ...) or --all")
+    statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
+    count = sum(client.count_jobs(status, **filters) for status in statuses)
+    if dry_run:
+        click.echo(f"would replay {count} job(s)")
         return
-    job = settings.client.get_job(job_id)
-    if job is None:
-        raise Failed(f"no job with id {job_id}")
-    allowed = "dead or cancelled" if allow_cancelled else "dead"
-    raise Failed(
-        f"job {job_id} is {job.status}, not {allowed}; only {allowed} jobs can be replayed"
-    )
+    with click.progressbar(length=count, label="replaying", file=sys.stderr) as bar:
+        done = client.replay_many(
+            reason=reason,
+            actor=who,
+            allow_cancelled=allow_cancelled,
+            on_progress=bar.update,
+            **filters,
+        )
+    click.echo(f"replayed {done} job(s) by {who}")
+
+
+@cli.command()
+@click.option("--older-than", type=DURATION, required=True, help="e.g. 7d")
+@pass_settings
+def prune(settings: Settings, older_than: float) -> None:
+    """Delete succeeded and cancelled jobs finished more than --older-than ago."""
+    done = settings.client.prune(older_than=older_than)
+    click.echo(f"pruned {done} finished job(s)")
 
 
 @cli.command()

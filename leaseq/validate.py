@@ -143,5 +143,6 @@ def bound_detail(detail: object | None) -> str | None:
     if len(text) <= ERROR_DETAIL_MAX:
         return text
     # Keep both ends: the start says what failed, the end of a traceback says where.
-    half = (ERROR_DETAIL_MAX - 20) // 2
-    return text[:half] + "\n... (truncated) ...\n" + text[-half:]
+    marker = "\n... (truncated) ...\n"
+    half = (ERROR_DETAIL_MAX - len(marker)) // 2
+    return text[:half] + marker + text[-half:]

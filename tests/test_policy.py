@@ -195,3 +195,11 @@ def test_every_budget_is_respected(
         assert d.delay == delay
     else:
         assert d.to_status is JobStatus.DEAD and d.delay == 0
+
+
+@given(st.text(max_size=20_000))
+def test_bounded_detail_always_fits_its_column(text: str) -> None:
+    from leaseq.validate import ERROR_DETAIL_MAX, bound_detail
+
+    bounded = bound_detail(text)
+    assert bounded is not None and len(bounded) <= ERROR_DETAIL_MAX and "\x00" not in bounded
