@@ -21,14 +21,28 @@ from leaseq.errors import (
     Retry,
     SchemaError,
 )
-from leaseq.models import Failure, Heartbeat, Job, JobEvent, JobSpec, Lease, QueueStats, SweepResult
+from leaseq.models import (
+    EffectRecord,
+    Failure,
+    Heartbeat,
+    Job,
+    JobEvent,
+    JobSpec,
+    Lease,
+    QueueStats,
+    SweepResult,
+)
 from leaseq.retry import RetryPolicy
 from leaseq.states import JobStatus
 from leaseq.worker import (
+    EffectDecision,
+    EffectNotPerformed,
+    FencedTransaction,
     JobAborted,
     JobContext,
     LeaseLost,
     QueueSettings,
+    UncertainEffect,
     Worker,
     WorkerConfig,
     WorkerStats,
@@ -43,8 +57,12 @@ __all__ = [
     "Client",
     "ConfigError",
     "DatabaseUnavailable",
+    "EffectDecision",
+    "EffectNotPerformed",
+    "EffectRecord",
     "EmbeddedError",
     "Failure",
+    "FencedTransaction",
     "Heartbeat",
     "InvalidTransition",
     "Job",
@@ -66,6 +84,7 @@ __all__ = [
     "SchemaError",
     "SweepResult",
     "Task",
+    "UncertainEffect",
     "Worker",
     "WorkerConfig",
     "WorkerStats",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, overload
 
 from leaseq import validate as checks
@@ -15,6 +15,7 @@ from leaseq.retry import Classifier, ErrorRules, RetryPolicy
 
 if TYPE_CHECKING:
     from leaseq.worker.context import JobContext
+    from leaseq.worker.effects import Reconciler
 
 Handler = Callable[["JobContext", Any], Any]
 
@@ -43,6 +44,7 @@ class Task:
         errors: ErrorRules | None = None,
         payload_versions: Iterable[int] | None = None,
         validate: Callable[[Any], Any] | None = None,
+        reconcile: Mapping[str, Reconciler] | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -64,6 +66,11 @@ class Task:
         if self.payload_versions is not None and not self.payload_versions:
             raise ConfigError(f"task {name!r}: payload_versions must not be empty")
         self.validate = validate
+        self.reconcile = dict(reconcile or {})
+        for effect_name, hook in self.reconcile.items():
+            checks.check_name("effect", effect_name)
+            if not callable(hook):
+                raise ConfigError(f"reconcile hook for {effect_name!r} is not callable")
         self.is_async = inspect.iscoroutinefunction(fn)
 
     def __call__(self, ctx: JobContext, payload: Any) -> Any:
@@ -154,6 +161,7 @@ class App:
         errors: ErrorRules | None = None,
         payload_versions: Iterable[int] | None = None,
         validate: Callable[[Any], Any] | None = None,
+        reconcile: Mapping[str, Reconciler] | None = None,
     ) -> Callable[[Handler], Task]: ...
 
     def task(
@@ -171,6 +179,7 @@ class App:
         errors: ErrorRules | None = None,
         payload_versions: Iterable[int] | None = None,
         validate: Callable[[Any], Any] | None = None,
+        reconcile: Mapping[str, Reconciler] | None = None,
     ) -> Task | Callable[[Handler], Task]:
         """Register a handler, as ``@app.task`` or ``@app.task(name=..., queue=...)``.
 
@@ -181,7 +190,9 @@ class App:
         failure classes. ``payload_versions`` lists the payload versions the handler
         accepts (others go dead with ``UNSUPPORTED_PAYLOAD_VERSION``); ``validate`` checks
         or converts the payload before the handler sees it (a failure goes dead with
-        ``INVALID_PAYLOAD``; its return value is what the handler gets).
+        ``INVALID_PAYLOAD``; its return value is what the handler gets). ``reconcile`` maps
+        effect names to hooks ``(ctx, record) -> "done" | "redo" | "dead"`` that settle an
+        effect an earlier attempt left uncertain (see ``JobContext.effect``).
 
         The default name is ``module.function``, so it survives refactors only if the
         function stays put; give ``name=`` for tasks with jobs already in flight.
@@ -204,6 +215,7 @@ class App:
                 errors=errors,
                 payload_versions=payload_versions,
                 validate=validate,
+                reconcile=reconcile,
             )
             self.tasks[task_name] = task
             return task

@@ -372,8 +372,15 @@ def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
     if job is None:
         raise Failed(f"no job with id {job_id}")
     events = settings.client.job_events(job_id)
+    effects = settings.client.job_effects(job_id)
     if as_json:
-        _emit_json({"job": job.as_dict(), "events": [e.as_dict() for e in events]})
+        _emit_json(
+            {
+                "job": job.as_dict(),
+                "events": [e.as_dict() for e in events],
+                "effects": [f.as_dict() for f in effects],
+            }
+        )
         return
     click.echo("\n".join(_job_lines(job)))
     click.echo("\nhistory:")
@@ -395,6 +402,23 @@ def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
     if rows:
         headers = ["at", "event", "transition", "actor", "token", "attempt", "code", "detail"]
         click.echo(_table(headers, rows))
+    if effects:
+        click.echo("\neffects:")
+        state = {"started": "started (uncertain if the attempt ended)", "done": "done"}
+        effect_rows = [
+            [
+                f.name + (f":{f.key}" if f.key else ""),
+                state.get(f.status, f.status),
+                f.attempt,
+                f.lease_token,
+                f.started_at.isoformat(timespec="seconds"),
+                (f.error or "").splitlines()[0][:60] if f.error else "-",
+            ]
+            for f in effects
+        ]
+        click.echo(
+            _table(["effect", "status", "attempt", "token", "started", "error"], effect_rows)
+        )
 
 
 @cli.group()

@@ -8,8 +8,9 @@ script. A test fails when the two disagree.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -22,6 +23,7 @@ from leaseq import validate
 from leaseq.dsn import describe_dsn, resolve_dsn
 from leaseq.errors import ConfigError, DatabaseUnavailable, SchemaError
 from leaseq.models import (
+    EffectRecord,
     Failure,
     Heartbeat,
     Job,
@@ -30,6 +32,7 @@ from leaseq.models import (
     Lease,
     QueueStats,
     SweepResult,
+    effect_from_row,
     event_from_row,
     job_from_row,
     lease_from_row,
@@ -131,6 +134,14 @@ class AsyncClient:
                 await pool.open(wait=True, timeout=30)
                 self._pool = pool
         return self._pool
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection[TupleRow]]:
+        """A pooled connection for your own statements (autocommit; open a transaction with
+        ``conn.transaction()``). Returned to the pool afterwards."""
+        pool = await self._get_pool()
+        async with pool.connection() as conn:
+            yield conn
 
     async def check_connections(self) -> None:
         """Drop idle pooled connections that are broken (after an outage or a terminated
@@ -242,6 +253,7 @@ class AsyncClient:
             "delay": delay,
             "max_attempts": validate.check_max_attempts(spec.max_attempts),
             "payload_version": validate.check_payload_version(spec.payload_version),
+            "idempotency_key": validate.check_idempotency_key(spec.idempotency_key),
         }
 
     async def enqueue(
@@ -255,15 +267,27 @@ class AsyncClient:
         delay: Any = None,
         max_attempts: int = 8,
         payload_version: int | None = None,
+        idempotency_key: str | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> int:
         """Store one job; returns its id.
 
         With ``connection`` the insert joins that connection's open transaction: the job
         exists, and workers are woken, only if the caller commits. ``payload_version`` tags
-        the payload's schema, for tasks that accept only some versions.
+        the payload's schema, for tasks that accept only some versions. ``idempotency_key``
+        becomes the job's ``ctx.idempotency_key`` (default: derived from the job id).
         """
-        spec = JobSpec(task, payload, queue, priority, run_at, delay, max_attempts, payload_version)
+        spec = JobSpec(
+            task,
+            payload,
+            queue,
+            priority,
+            run_at,
+            delay,
+            max_attempts,
+            payload_version,
+            idempotency_key,
+        )
         params = self._job_params(spec)
         params["channel"] = self.channel
         rows = await self._rows("insert_job", params, connection)
@@ -292,6 +316,7 @@ class AsyncClient:
             "delays": [p["delay"] for p in params_list],
             "max_attempts": [p["max_attempts"] for p in params_list],
             "payload_versions": [p["payload_version"] for p in params_list],
+            "idempotency_keys": [p["idempotency_key"] for p in params_list],
             "channel": self.channel,
         }
         rows = await self._rows("insert_jobs", arrays, connection)
@@ -564,6 +589,51 @@ class AsyncClient:
             newer_than=newer_than,
         )
         return int((await self._rows("count_jobs", params))[0][0])
+
+    async def job_effects(self, job_id: int) -> list[EffectRecord]:
+        """The external effects a job declared, with what is known of each."""
+        rows = await self._rows("job_effects", {"id": job_id})
+        return [effect_from_row(row) for row in rows]
+
+    async def effect_get(
+        self, job_id: int, name: str, key: str, *, connection: AsyncConnection[Any] | None = None
+    ) -> EffectRecord | None:
+        rows = await self._rows("effect_get", {"id": job_id, "name": name, "key": key}, connection)
+        return effect_from_row(rows[0]) if rows else None
+
+    async def effect_start(self, lease: Lease, name: str, key: str) -> bool:
+        """Record an effect as started, fenced by the lease; False means the lease is lost."""
+        params = {
+            "id": lease.job_id,
+            "owner": lease.owner,
+            "token": lease.token,
+            "attempt": lease.attempt,
+            "name": name,
+            "key": key,
+        }
+        return bool(await self._rows("effect_start", params))
+
+    async def effect_finish(
+        self,
+        lease: Lease,
+        name: str,
+        key: str,
+        *,
+        status: str,
+        result: Any = None,
+        error: str | None = None,
+    ) -> bool:
+        """Record an effect's outcome (``done`` with a JSON result, or ``failed``)."""
+        params = {
+            "id": lease.job_id,
+            "token": lease.token,
+            "name": name,
+            "key": key,
+            "status": status,
+            "result": validate.encode_payload(result, self.payload_limit),
+            "error": self._detail(error),
+        }
+        return bool(await self._rows("effect_finish", params))
 
     async def queues_have_work(self, queues: Sequence[str]) -> bool:
         """True while any of ``queues`` has a pending (even if scheduled) or running job."""

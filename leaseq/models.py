@@ -36,6 +36,8 @@ class Lease:
     unknown_failures: int = 0
     #: Database time of the claim; with ``created_at`` it gives the job's age for budgets.
     claimed_at: dt.datetime | None = None
+    #: Key given at enqueue for external calls; None means "derive it from the job id".
+    idempotency_key: str | None = None
     #: Local monotonic time the lease object was made (at the claim), for elapsed times.
     claimed_monotonic: float = field(
         default_factory=time.monotonic, repr=False, compare=False, kw_only=True
@@ -102,6 +104,7 @@ class Job:
     payload_version: int | None = None
     last_error_class: str | None = None
     unknown_failures: int = 0
+    idempotency_key: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -178,6 +181,36 @@ class JobSpec:
     delay: float | dt.timedelta | None = None
     max_attempts: int = 8
     payload_version: int | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class EffectRecord:
+    """The durable record of one external effect a job declared (see ``JobContext.effect``).
+
+    ``status``: ``started`` (in flight, or — seen by a later attempt — *uncertain*),
+    ``done`` (with its JSON ``result``) or ``failed`` (it certainly did not happen).
+    """
+
+    name: str
+    key: str
+    status: str
+    attempt: int
+    lease_token: int
+    started_at: dt.datetime
+    finished_at: dt.datetime | None
+    result: Any
+    error: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            k: (v.isoformat() if isinstance(v, dt.datetime) else v)
+            for k, v in self.__dict__.items()
+        }
+
+
+def effect_from_row(row: Sequence[Any]) -> EffectRecord:
+    return EffectRecord(*row)
 
 
 def lease_from_row(row: Sequence[Any], lease_seconds: float) -> Lease:
@@ -196,8 +229,10 @@ def lease_from_row(row: Sequence[Any], lease_seconds: float) -> Lease:
         payload_version,
         unknown_failures,
         claimed_at,
+        idempotency_key,
     ) = row
     return Lease(
+        idempotency_key=idempotency_key,
         lease_seconds=lease_seconds,
         payload_version=payload_version,
         unknown_failures=unknown_failures,

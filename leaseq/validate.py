@@ -76,6 +76,17 @@ def check_payload_version(value: object) -> int | None:
     return check_int("payload_version", value, 0, 2**31 - 1)
 
 
+def check_idempotency_key(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise ConfigError(
+            f"idempotency_key must be a non-empty string of at most 200 characters, "
+            f"got {_short(value)}"
+        )
+    return value
+
+
 def parse_duration(text: str) -> float:
     """Seconds from ``90``, ``90s``, ``15m``, ``2h``, ``7d`` or ``1w``."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text or "")

@@ -35,6 +35,8 @@ REPLACEMENTS: list[tuple[str, str]] = [
     (r"^import asyncio$", "import threading"),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
+    (r"\bcontextlib\.asynccontextmanager\b", "contextlib.contextmanager"),
+    (r"\bAsyncIterator\b", "Iterator"),
     (r"AsyncClient: enqueue", "Client: enqueue"),
 ]
 

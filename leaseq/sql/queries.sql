@@ -57,11 +57,12 @@ SELECT max(version) FROM {schema}.schema_version;
 -- (and when) the enclosing transaction commits. Jobs scheduled for later wake nobody.
 WITH ins AS (
   INSERT INTO {schema}.jobs
-    (queue_name, task, payload, priority, available_at, max_attempts, payload_version)
+    (queue_name, task, payload, priority, available_at, max_attempts, payload_version,
+     idempotency_key)
   VALUES (
     %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
-    %(max_attempts)s, %(payload_version)s
+    %(max_attempts)s, %(payload_version)s, %(idempotency_key)s
   )
   RETURNING id, queue_name, available_at
 )
@@ -74,16 +75,18 @@ FROM ins;
 -- duplicate notifications of one transaction, so one wake-up per queue goes out.
 WITH ins AS (
   INSERT INTO {schema}.jobs
-    (queue_name, task, payload, priority, available_at, max_attempts, payload_version)
+    (queue_name, task, payload, priority, available_at, max_attempts, payload_version,
+     idempotency_key)
   SELECT u.queue, u.task, u.payload, u.priority,
          coalesce(u.run_at, now() + make_interval(secs => u.delay)), u.max_attempts,
-         u.payload_version
+         u.payload_version, u.idempotency_key
   FROM unnest(
     %(queues)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[], %(priorities)s::int[],
     %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::int[],
-    %(payload_versions)s::int[]
+    %(payload_versions)s::int[], %(idempotency_keys)s::text[]
   ) WITH ORDINALITY
-    AS u(queue, task, payload, priority, run_at, delay, max_attempts, payload_version, ord)
+    AS u(queue, task, payload, priority, run_at, delay, max_attempts, payload_version,
+         idempotency_key, ord)
   ORDER BY u.ord
   RETURNING id, queue_name, available_at
 )
@@ -118,7 +121,7 @@ FROM candidate
 WHERE j.id = candidate.id
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload,
           j.attempt_count, j.max_attempts, j.lease_expires_at, j.priority, j.created_at,
-          j.payload_version, j.unknown_failures, now();
+          j.payload_version, j.unknown_failures, now(), j.idempotency_key;
 
 -- name: heartbeat_jobs
 -- Renews many leases in one statement; rows missing from RETURNING lost their lease.
@@ -380,16 +383,58 @@ WITH doomed AS (
   FOR UPDATE SKIP LOCKED
 ), trail AS (
   DELETE FROM {schema}.job_events AS e USING doomed WHERE e.job_id = doomed.id
+), effects AS (
+  DELETE FROM {schema}.job_effects AS f USING doomed WHERE f.job_id = doomed.id
 )
 DELETE FROM {schema}.jobs AS j USING doomed WHERE j.id = doomed.id
 RETURNING j.id;
 
 
+-- name: effect_get
+SELECT name, key, status, attempt, lease_token, started_at, finished_at, result, error
+FROM {schema}.job_effects
+WHERE job_id = %(id)s AND name = %(name)s AND key = %(key)s;
+
+-- name: effect_start
+-- Records "about to perform" in its own short transaction, and only while the lease holds:
+-- a worker that lost its lease learns it here, before it acts on the outside world. A row
+-- that is not 'done' (failed, or uncertain and judged worth redoing) is taken over.
+INSERT INTO {schema}.job_effects (job_id, name, key, status, attempt, lease_token)
+SELECT %(id)s, %(name)s, %(key)s, 'started', %(attempt)s, %(token)s
+WHERE EXISTS (
+  SELECT 1 FROM {schema}.jobs
+  WHERE id = %(id)s
+    AND status = 'running'
+    AND lease_owner = %(owner)s
+    AND lease_token = %(token)s
+    AND lease_expires_at > now()
+)
+ON CONFLICT (job_id, name, key) DO UPDATE
+SET status = 'started', attempt = excluded.attempt, lease_token = excluded.lease_token,
+    started_at = now(), finished_at = NULL, result = NULL, error = NULL
+WHERE {schema}.job_effects.status <> 'done'
+RETURNING 1;
+
+-- name: effect_finish
+-- Records what happened. Not fenced by the lease on purpose: the outcome of a call that
+-- was made is the truth about the outside world, worth keeping even from a late worker.
+UPDATE {schema}.job_effects
+SET status = %(status)s, finished_at = now(), result = %(result)s::jsonb, error = %(error)s
+WHERE job_id = %(id)s AND name = %(name)s AND key = %(key)s AND lease_token = %(token)s
+RETURNING 1;
+
+-- name: job_effects
+SELECT name, key, status, attempt, lease_token, started_at, finished_at, result, error
+FROM {schema}.job_effects
+WHERE job_id = %(id)s
+ORDER BY started_at, name, key;
+
 -- name: get_job
 SELECT id, queue_name, task, payload, status::text, priority, available_at, attempt_count,
        max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
        last_error_detail, created_at, started_at, heartbeat_at, finished_at,
-       cancel_requested_at, payload_version, last_error_class, unknown_failures
+       cancel_requested_at, payload_version, last_error_class, unknown_failures,
+       idempotency_key
 FROM {schema}.jobs
 WHERE id = %(id)s;
 
@@ -398,7 +443,8 @@ WHERE id = %(id)s;
 SELECT id, queue_name, task, payload, status::text, priority, available_at, attempt_count,
        max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
        last_error_detail, created_at, started_at, heartbeat_at, finished_at,
-       cancel_requested_at, payload_version, last_error_class, unknown_failures
+       cancel_requested_at, payload_version, last_error_class, unknown_failures,
+       idempotency_key
 FROM {schema}.jobs
 WHERE {_job_filter}
 ORDER BY id DESC

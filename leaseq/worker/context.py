@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from leaseq.errors import LeaseqError
+from leaseq import validate as checks
+from leaseq.errors import ConfigError, LeaseqError
 from leaseq.models import Lease
+
+if TYPE_CHECKING:
+    from leaseq.client import Client
+    from leaseq.client_async import AsyncClient
+    from leaseq.worker.effects import EffectSite, FencedTransaction, Reconciler
 
 LEASE_LOST = "LEASE_LOST"
 
@@ -25,6 +33,16 @@ class LeaseLost(JobAborted):
     """The lease is gone (expired, or taken by another worker): stop, report nothing."""
 
 
+@dataclass
+class JobServices:
+    """What a context needs from its worker for effects and fenced transactions: a sync
+    client (made on first use, for sync handlers), the async client, reconcile hooks."""
+
+    sync_client: Callable[[], Client] | None
+    async_client: AsyncClient | None
+    reconcilers: dict[str, Reconciler] = field(default_factory=dict)
+
+
 class JobContext:
     """Per-attempt context passed to every handler as its first argument.
 
@@ -37,12 +55,22 @@ class JobContext:
     event loop reads and aborts.
     """
 
-    __slots__ = ("_abort", "_last_progress", "lease", "progress_note", "worker_id")
+    __slots__ = (
+        "_abort",
+        "_completed",
+        "_last_progress",
+        "_services",
+        "lease",
+        "progress_note",
+        "worker_id",
+    )
 
-    def __init__(self, lease: Lease, worker_id: str) -> None:
+    def __init__(self, lease: Lease, worker_id: str, services: JobServices | None = None) -> None:
         self.lease = lease
         self.worker_id = worker_id
         self.progress_note: Any = None
+        self._services = services
+        self._completed = False
         self._last_progress = time.monotonic()
         # Written once by the event loop, read by the handler's thread: a plain attribute
         # is enough (one reference assignment), and costs nothing per job.
@@ -65,7 +93,13 @@ class JobContext:
 
     @property
     def idempotency_key(self) -> str:
-        return f"leaseq-job-{self.lease.job_id}"
+        """Stable across every attempt of this job: the key given at enqueue, else one
+        derived from the job id. Send it as e.g. an ``Idempotency-Key`` header."""
+        return self.lease.idempotency_key or f"leaseq-job-{self.lease.job_id}"
+
+    def effect_key(self, name: str, key: str | None = None) -> str:
+        """Idempotency key of one named effect of this job (stable across attempts)."""
+        return f"{self.idempotency_key}:{name}" + (f":{key}" if key else "")
 
     @property
     def task(self) -> str:
@@ -120,3 +154,62 @@ class JobContext:
 
     def mark_started(self) -> None:
         self._last_progress = time.monotonic()
+
+    # -- side effects (see leaseq/worker/effects.py) ------------------------------------
+
+    @property
+    def completed(self) -> bool:
+        """True once a fenced transaction committed the job's completion."""
+        return self._completed
+
+    def mark_completed(self) -> None:
+        self._completed = True
+
+    def _site(self, name: str, key: str | None) -> EffectSite:
+        from leaseq.worker.effects import EffectSite
+
+        checks.check_name("effect", name)
+        if key is not None and (not isinstance(key, str) or len(key) > 200):
+            raise ConfigError(f"effect key must be a string of at most 200 characters: {key!r}")
+        services = self._require_services()
+        return EffectSite(self, name, key or "", services.reconcilers.get(name))
+
+    def _require_services(self) -> JobServices:
+        if self._services is None:
+            raise ConfigError("this JobContext is not attached to a worker")
+        return self._services
+
+    def effect(self, name: str, fn: Callable[[str], Any], *, key: str | None = None) -> Any:
+        """Perform an external effect at most once per job, as far as leaseq can tell
+        (sync handlers). ``fn(idempotency_key)`` makes the call and returns its result.
+
+        Recorded *started* before ``fn`` runs (only while the lease holds) and *done* after.
+        If an earlier attempt started it but never recorded it done, the outcome is
+        uncertain: the task's reconcile hook for ``name`` decides (done / redo / dead);
+        without a hook the job stops as dead with ``UNCERTAIN_EFFECT``.
+        """
+        from leaseq.worker.effects import run_effect
+
+        services = self._require_services()
+        if services.sync_client is None:
+            raise ConfigError("use `await ctx.effect_async(...)` in an async handler")
+        return run_effect(self._site(name, key), services.sync_client(), fn)
+
+    async def effect_async(
+        self, name: str, fn: Callable[[str], Any], *, key: str | None = None
+    ) -> Any:
+        """:meth:`effect` for async handlers; ``fn`` may return an awaitable."""
+        from leaseq.worker.effects import run_effect_async
+
+        services = self._require_services()
+        if services.async_client is None:
+            raise ConfigError("use `ctx.effect(...)` in a sync handler")
+        return await run_effect_async(self._site(name, key), services.async_client, fn)
+
+    def transaction(self) -> FencedTransaction:
+        """A transaction whose commit includes this job's fenced completion; see
+        :class:`leaseq.worker.effects.FencedTransaction`."""
+        from leaseq.worker.effects import FencedTransaction
+
+        services = self._require_services()
+        return FencedTransaction(self, services.sync_client, services.async_client)

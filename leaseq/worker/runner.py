@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -27,13 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leaseq.app import App, Task
+from leaseq.client import Client
 from leaseq.client_async import AsyncClient
 from leaseq.errors import Permanent, Retry
 from leaseq.models import Failure, Lease
 from leaseq.retry import ErrorClass
 from leaseq.worker.completer import Completer
 from leaseq.worker.config import QueueSettings, WorkerConfig
-from leaseq.worker.context import LEASE_LOST, JobAborted, JobContext
+from leaseq.worker.context import LEASE_LOST, JobAborted, JobContext, JobServices
 from leaseq.worker.listener import Listener
 from leaseq.worker.outage import TRANSIENT, Outage
 
@@ -87,6 +89,7 @@ class _Running:
     #: The handler is done and its outcome is on its way to the database; the completer
     #: now owns the deadline (it gives up once the lease surely ended).
     reporting: bool = False
+    abort_counted: bool = False
     task: asyncio.Task[None] | None = None
 
     @property
@@ -128,6 +131,8 @@ class Worker:
         self._signals = 0
         self._renewal: asyncio.Task[None] | None = None
         self._policies = {name: t.retry for name, t in app.tasks.items() if t.retry is not None}
+        self._sync: Client | None = None
+        self._sync_lock = threading.Lock()
 
     @property
     def worker_id(self) -> str:
@@ -201,6 +206,8 @@ class Worker:
                     loop.remove_signal_handler(sig)
             self._threads.shutdown(wait=False, cancel_futures=True)
             await self.client.close()
+            if self._sync is not None:
+                await asyncio.to_thread(self._sync.close)
         log.info(
             "worker %s stopped: %d succeeded, %d failed, %d lost",
             self.worker_id,
@@ -312,9 +319,15 @@ class Worker:
     # -- running jobs -----------------------------------------------------------------
 
     def _start(self, lease: Lease, deadline: float) -> None:
-        running = _Running(
-            lease, JobContext(lease, self.worker_id), self.app.tasks.get(lease.task), deadline
-        )
+        task = self.app.tasks.get(lease.task)
+        services = None
+        if task is not None:
+            services = JobServices(
+                sync_client=None if task.is_async else self._sync_client,
+                async_client=self.client if task.is_async else None,
+                reconcilers=task.reconcile,
+            )
+        running = _Running(lease, JobContext(lease, self.worker_id, services), task, deadline)
         self._running[running.key] = running
         running.task = asyncio.create_task(
             self._run_job(running), name=f"leaseq-job-{lease.job_id}"
@@ -339,8 +352,15 @@ class Worker:
     def _submit(self, running: _Running, outcome: Lease | Failure) -> bool:
         """Hand the outcome to the completer; False when there is nothing to report."""
         lease, reason = running.lease, running.ctx.aborted
+        if reason is not None and not running.abort_counted:
+            self._count_abort(running, reason)  # the handler's own ctx found it out
         if reason == LEASE_LOST:
             return False  # someone else may own the job now: report nothing, ever
+        if running.ctx.completed:
+            # A fenced transaction already committed the completion with the handler's
+            # writes; an error raised after that block changes nothing.
+            self.stats.succeeded += 1
+            return False
         if reason is not None:
             outcome = Failure(
                 lease,
@@ -432,9 +452,7 @@ class Worker:
         job runner then reports the failure (or, for a lost lease, nothing)."""
         if not running.ctx.abort(reason):
             return
-        self.stats.aborted[reason] = self.stats.aborted.get(reason, 0) + 1
-        if reason == LEASE_LOST:
-            self.stats.lost_leases += 1
+        self._count_abort(running, reason)
         log.warning(
             "job %d (token %d, task %s): %s; stopping its handler",
             running.lease.job_id,
@@ -446,6 +464,27 @@ class Worker:
             # For a sync handler this only stops waiting for its thread; the thread sees
             # ctx.aborted / gets JobAborted from ctx.progress(), and its result is ignored.
             running.task.cancel()
+
+    def _count_abort(self, running: _Running, reason: str) -> None:
+        running.abort_counted = True
+        self.stats.aborted[reason] = self.stats.aborted.get(reason, 0) + 1
+        if reason == LEASE_LOST:
+            self.stats.lost_leases += 1
+
+    def _sync_client(self) -> Client:
+        """The sync client sync handlers use for effects and fenced transactions; made on
+        first use (from a handler thread), with a pool as large as the slots."""
+        with self._sync_lock:
+            if self._sync is None:
+                self._sync = Client(
+                    self.app.dsn,
+                    schema=self.app.schema,
+                    retry_policy=self.app.retry_policy,
+                    redact=self.app.redact,
+                    pool_size=self.config.concurrency,
+                    application_name="leaseq-handler",
+                )
+            return self._sync
 
     # -- leases -----------------------------------------------------------------------
 
