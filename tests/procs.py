@@ -16,14 +16,21 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 class WorkerProcess:
     """``leaseq worker tests.apps.basic:app ARGS`` as a child process, output to a file."""
 
-    def __init__(self, dsn: str, schema: str, *args: str, log_dir: pathlib.Path) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        *args: str,
+        log_dir: pathlib.Path,
+        app: str = "tests.apps.basic:app",
+    ) -> None:
         env = dict(os.environ)
         env.update(LEASEQ_DSN=dsn, LEASEQ_SCHEMA=schema, PYTHONPATH=str(ROOT))
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"worker-{time.monotonic_ns()}.log"
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leaseq", "-v", "worker", "tests.apps.basic:app", *args],
+            [sys.executable, "-m", "leaseq", "-v", "worker", app, *args],
             env=env,
             cwd=ROOT,
             stdout=self._log,
