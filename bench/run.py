@@ -3,12 +3,14 @@
 Every scenario runs ``--repeat`` times; the repeats are interleaved (round 1 of every
 scenario, then round 2, ...) so that drift of the machine hits all scenarios alike. Each
 sample gets a fresh schema, made with ``leaseq.Client(dsn, schema=...).migrate()`` and
-dropped afterwards. Figures are jobs per second: median and min-max over the repeats.
-Ratios pair the samples of the same round and report the median and min-max of those
-per-round ratios.
+dropped afterwards. Most figures are rates (jobs, claims or leases per second); some are
+latencies (ms) or durations (s). Each is printed as the median and min-max over the
+repeats. Ratios pair the samples of the same round and report the median and min-max of
+those per-round ratios.
 
-This prints figures and asserts nothing about time. It does check that each drain really
-finished every job, since a figure for work that was not done would be meaningless.
+This prints figures and asserts nothing about time. It does check that each scenario
+really did its work (every job drained, every lease swept, every old row pruned), since a
+figure for work that was not done would be meaningless.
 
 Usage: ``python -m bench [--dsn DSN] [--jobs N] [--batch B] [--repeat R] [--only NAME]``;
 see bench/README.md.
