@@ -314,3 +314,42 @@ def test_concurrent_fenced_transactions_write_each_job_exactly_once(
     succeeded = [c for c in counts if c[0] == "succeeded"]
     assert all(n == 1 and same for _, n, same in succeeded), "a succeeded job wrote exactly once"
     assert all(n == 0 for status, n, _ in counts if status != "succeeded")
+
+
+def test_completion_joined_to_the_handlers_own_transaction(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """`ctx.complete_in(conn)`: the shape for SQLAlchemy and other code that owns its
+    transaction. A commit makes the job succeeded; a rollback is noticed and retried."""
+    _ledger(dsn, schema)
+    app = _app(dsn, schema)
+
+    @app.task(name="own_tx", max_attempts=3)
+    def own_tx(ctx: leaseq.JobContext, payload: Any) -> None:
+        with psycopg.connect(dsn) as conn:
+            conn.execute(
+                sql.SQL("INSERT INTO {}.ledger VALUES (%s, %s, 'own')").format(
+                    sql.Identifier(schema)
+                ),
+                (ctx.job_id, ctx.fencing_token),
+            )
+            ctx.complete_in(conn)
+            if payload["roll_back_first"] and ctx.attempt == 1:
+                conn.rollback()  # e.g. a later statement failed and the caller gave up
+            else:
+                conn.commit()
+
+    commits = client.enqueue("own_tx", {"roll_back_first": False})
+    rolls_back = client.enqueue("own_tx", {"roll_back_first": True})
+    stats = asyncio.run(
+        leaseq.Worker(app, leaseq.WorkerConfig(poll_interval=0.05, drain=True)).run()
+    )
+    assert rows(dsn, "SELECT job_id, token FROM {s}.ledger ORDER BY job_id", schema) == [
+        (commits, 1),
+        (rolls_back, 2),
+    ]
+    for job_id in (commits, rolls_back):
+        job = client.get_job(job_id)
+        assert job is not None and job.status is JobStatus.SUCCEEDED
+    assert [e.error_code for e in client.job_events(rolls_back)] == ["COMPLETION_NOT_COMMITTED"]
+    assert stats.succeeded == 2 and stats.lost_fence_writes == 0

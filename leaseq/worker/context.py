@@ -58,6 +58,7 @@ class JobContext:
     __slots__ = (
         "_abort",
         "_completed",
+        "_completion_pending",
         "_last_progress",
         "_services",
         "lease",
@@ -71,6 +72,7 @@ class JobContext:
         self.progress_note: Any = None
         self._services = services
         self._completed = False
+        self._completion_pending = False
         self._last_progress = time.monotonic()
         # Written once by the event loop, read by the handler's thread: a plain attribute
         # is enough (one reference assignment), and costs nothing per job.
@@ -164,6 +166,37 @@ class JobContext:
 
     def mark_completed(self) -> None:
         self._completed = True
+
+    @property
+    def completion_pending(self) -> bool:
+        """True after :meth:`complete_in`: the completion waits in the caller's transaction."""
+        return self._completion_pending
+
+    def complete_in(self, connection: Any) -> None:
+        """Join this job's fenced completion to *your* open transaction on ``connection``
+        (a sync psycopg connection, e.g. the one under a SQLAlchemy session); commit it
+        yourself. Raises :class:`LeaseLost` (roll back!) if the lease is gone. After the
+        handler returns, the worker checks the commit really happened; if not, the attempt
+        is reported failed (``COMPLETION_NOT_COMMITTED``) and retried."""
+        services = self._require_services()
+        if services.sync_client is None:
+            raise ConfigError("use `await ctx.complete_in_async(conn)` in an async handler")
+        self._joined(services.sync_client().complete(self.lease, connection=connection))
+
+    async def complete_in_async(self, connection: Any) -> None:
+        """:meth:`complete_in` for async handlers (an async psycopg connection)."""
+        services = self._require_services()
+        if services.async_client is None:
+            raise ConfigError("use `ctx.complete_in(conn)` in a sync handler")
+        self._joined(await services.async_client.complete(self.lease, connection=connection))
+
+    def _joined(self, ok: bool) -> None:
+        if not ok:
+            self.abort(LEASE_LOST)
+            raise LeaseLost(
+                LEASE_LOST, f"job {self.job_id} (token {self.fencing_token}): lease lost"
+            )
+        self._completion_pending = True
 
     def _site(self, name: str, key: str | None) -> EffectSite:
         from leaseq.worker.effects import EffectSite

@@ -44,6 +44,7 @@ log = logging.getLogger("leaseq.worker")
 UNKNOWN_TASK = "UNKNOWN_TASK"
 UNSUPPORTED_PAYLOAD_VERSION = "UNSUPPORTED_PAYLOAD_VERSION"
 INVALID_PAYLOAD = "INVALID_PAYLOAD"
+COMPLETION_NOT_COMMITTED = "COMPLETION_NOT_COMMITTED"
 NO_PROGRESS = "NO_PROGRESS"
 MAX_RUNTIME_EXCEEDED = "MAX_RUNTIME_EXCEEDED"
 CANCELLED = "CANCELLED"
@@ -344,10 +345,38 @@ class Worker:
                 if ctx.aborted is None:
                     raise  # cancelled from outside (shutdown of an unstarted job)
                 outcome = lease  # replaced in _submit by the abort's own outcome
+            if ctx.completion_pending and not ctx.aborted:
+                outcome = await self._check_joined_completion(running, outcome)
             handed_over = self._submit(running, outcome)
         finally:
             if not handed_over:
                 self._forget(running)
+
+    async def _check_joined_completion(
+        self, running: _Running, outcome: Lease | Failure
+    ) -> Lease | Failure:
+        """The handler joined the completion to its own transaction (``ctx.complete_in``):
+        find out whether that transaction committed it."""
+        lease = running.lease
+        for _ in range(3):
+            try:
+                job = await self.client.get_job(lease.job_id)
+                break
+            except TRANSIENT as exc:
+                await self.outage.failed("completion check", exc)
+                await asyncio.sleep(self.outage.backoff())
+        else:
+            return outcome  # cannot tell: a fenced report is still safe either way
+        if job is not None and job.status == "succeeded" and job.lease_token == lease.token:
+            running.ctx.mark_completed()
+            return outcome
+        return Failure(
+            lease,
+            COMPLETION_NOT_COMMITTED,
+            error_class=ErrorClass.TRANSIENT,
+            detail="ctx.complete_in() was called but its transaction did not commit",
+            policy=running.task_def.retry if running.task_def else None,
+        )
 
     def _submit(self, running: _Running, outcome: Lease | Failure) -> bool:
         """Hand the outcome to the completer; False when there is nothing to report."""
