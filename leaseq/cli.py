@@ -26,6 +26,7 @@ from leaseq import validate
 from leaseq.app import App
 from leaseq.client import Client
 from leaseq.errors import ConfigError, LeaseqError
+from leaseq.logs import configure as configure_logging
 from leaseq.models import Job, QueueStats
 from leaseq.worker import QueueSettings, WorkerConfig, run_worker
 from leaseq.worker.runner import exit_code
@@ -84,18 +85,27 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def render_status(stats: Sequence[QueueStats]) -> str:
     if not stats:
-        return "no jobs yet"
-    headers = ["queue", "ready", "scheduled", "running", "succeeded", "dead", "cancelled", "oldest"]
+        return "no pending, running or dead jobs"
+    headers = [
+        "queue",
+        "ready",
+        "scheduled",
+        "running",
+        "dead",
+        "oldest ready",
+        "oldest dead",
+        "done/min",
+    ]
     rows = [
         [
             s.queue,
             s.ready,
             s.scheduled,
             s.running,
-            s.succeeded,
             s.dead,
-            s.cancelled,
-            _age(s.oldest_ready_age),
+            _age(s.oldest_ready_age) if s.ready else "-",
+            _age(s.oldest_dead_age) if s.dead else "-",
+            "-" if s.finished_recently is None else s.finished_recently,
         ]
         for s in stats
     ]
@@ -117,18 +127,22 @@ def render_status(stats: Sequence[QueueStats]) -> str:
     show_default=True,
     help="Schema holding leaseq's tables (env LEASEQ_SCHEMA).",
 )
-@click.option("-v", "--verbose", is_flag=True, help="Log more (worker progress, SQL retries).")
+@click.option(
+    "-v", "--verbose", count=True, help="Log more: -v progress and failures, -vv every job."
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line, job fields (job_id, task, queue, attempt, token) included.",
+)
 @click.version_option(package_name="leaseq")
 @click.pass_context
-def cli(ctx: click.Context, dsn: str | None, schema: str, verbose: bool) -> None:
+def cli(ctx: click.Context, dsn: str | None, schema: str, verbose: int, log_format: str) -> None:
     """leaseq: a PostgreSQL job queue with fenced, expiring leases."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # The pool warns once per broken connection it discards; leaseq's own outage log
-    # already says the database went away, once.
-    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    configure_logging(level=level, json_format=log_format == "json")
     settings = Settings(dsn, schema)
     ctx.obj = settings
     ctx.call_on_close(settings.close)
@@ -248,6 +262,8 @@ def _queue_settings(specs: tuple[str, ...], app: App, any_queue: bool) -> tuple[
     show_default=True,
     help="Prune succeeded/cancelled jobs older than this (e.g. 1d), or 'never'.",
 )
+@click.option("--metrics-port", type=int, default=None, help="Serve /metrics, /healthz, /readyz.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True)
 @click.option("--no-listen", is_flag=True, help="Do not LISTEN; rely on polling only.")
 @click.option("--burst", is_flag=True, help="Exit once nothing is claimable and nothing runs.")
 @click.option("--drain", is_flag=True, help="Exit once the queues have no pending job at all.")
@@ -268,6 +284,8 @@ def worker(
     shutdown_timeout: float,
     op_timeout: float,
     retention: str,
+    metrics_port: int | None,
+    metrics_host: str,
     no_listen: bool,
     burst: bool,
     drain: bool,
@@ -297,6 +315,8 @@ def worker(
         op_timeout=op_timeout,
         retention=None if retention == "never" else validate.parse_duration(retention),
         listen=not no_listen,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
         burst=burst,
         drain=drain,
         **extra,
@@ -334,7 +354,7 @@ def worker(
 def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> None:
     """Per-queue counts and the age of the oldest claimable job."""
     while True:
-        stats = settings.client.queue_stats()
+        stats = settings.client.queue_stats(throughput=True)
         if as_json:
             _emit_json([s.as_dict() for s in stats])
         else:
@@ -633,6 +653,55 @@ def demo(settings: Settings, count: int, demo_schema: str) -> None:
     from leaseq import demo as demo_module
 
     demo_module.run(settings.dsn, schema=demo_schema, count=count, echo=click.echo)
+
+
+@cli.group()
+def metrics() -> None:
+    """Prometheus metrics: the table of names, and the database-side endpoint."""
+
+
+@metrics.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def metrics_list(as_json: bool) -> None:
+    """Every metric leaseq exports: name, type, labels, where it comes from, meaning."""
+    from leaseq.metrics import METRICS
+
+    if as_json:
+        _emit_json([spec.__dict__ for spec in METRICS])
+        return
+    rows = [[m.name, m.kind, ",".join(m.labels) or "-", m.source, m.help] for m in METRICS]
+    click.echo(_table(["name", "type", "labels", "source", "meaning"], rows))
+
+
+@metrics.command("serve")
+@click.option("--port", type=int, default=9464, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@pass_settings
+def metrics_serve(settings: Settings, port: int, host: str) -> None:
+    """Serve the database-derived metrics (ages, counts, dead jobs) until interrupted.
+
+    Each scrape runs a few indexed queries (see the queue_stats view); safe every 15 s."""
+    from leaseq.metrics import database_registry
+    from leaseq.observe import ObservabilityServer
+
+    client = settings.client
+    client.check_schema()
+
+    def ready() -> bool:
+        try:
+            client.schema_version()
+        except (psycopg.Error, LeaseqError):
+            return False
+        return True
+
+    registry = database_registry(lambda: (client.queue_stats(), client.database_health()))
+    server = ObservabilityServer(registry, port=port, host=host, ready=ready).start()
+    click.echo(f"serving database metrics on http://{host}:{server.port}/metrics", err=True)
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        server.stop()
 
 
 @cli.group()

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -142,6 +143,14 @@ class AsyncClient:
         pool = await self._get_pool()
         async with pool.connection() as conn:
             yield conn
+
+    def pool_stats(self) -> dict[str, int]:
+        """Connections of the pool: in_use, idle, and requests waiting for one."""
+        if self._pool is None:
+            return {"in_use": 0, "idle": 0, "waiting": 0}
+        stats = self._pool.get_stats()
+        size, idle = stats.get("pool_size", 0), stats.get("pool_available", 0)
+        return {"in_use": size - idle, "idle": idle, "waiting": stats.get("requests_waiting", 0)}
 
     async def check_connections(self) -> None:
         """Drop idle pooled connections that are broken (after an outage or a terminated
@@ -640,8 +649,30 @@ class AsyncClient:
         rows = await self._rows("queues_have_work", {"queues": list(queues)})
         return bool(rows[0][0])
 
-    async def queue_stats(self) -> list[QueueStats]:
-        return [stats_from_row(row) for row in await self._rows("queue_stats")]
+    async def queue_stats(self, *, throughput: bool = False) -> list[QueueStats]:
+        """Per-queue health, from partial indexes only. With ``throughput``, also how many
+        jobs each queue finished in the last minute (that part scans recent history)."""
+        stats = [stats_from_row(row) for row in await self._rows("queue_stats")]
+        if not throughput:
+            return stats
+        recent: dict[str, int] = dict(await self._rows("recent_throughput", {"seconds": 60.0}))
+        known = {s.queue for s in stats}
+        stats += [
+            QueueStats(queue, 0, 0, 0, 0, 0.0, 0.0, 0) for queue in recent if queue not in known
+        ]
+        return sorted(
+            (replace(s, finished_recently=int(recent.get(s.queue, 0))) for s in stats),
+            key=lambda s: s.queue,
+        )
+
+    async def database_health(self) -> dict[str, Any]:
+        """Expired leases awaiting a sweep, lock waits and connections of leaseq processes."""
+        ((expired, lock_waits, connections),) = await self._rows("database_health")
+        return {
+            "expired_leases": int(expired),
+            "lock_waits": int(lock_waits),
+            "connections": dict(connections),
+        }
 
     async def cancel(
         self, job_id: int, *, actor: str | None = None, reason: str | None = None

@@ -82,7 +82,7 @@ def run(
         from leaseq.cli import render_status
 
         echo("")
-        echo(render_status(client.queue_stats()))
+        echo(render_status(client.queue_stats(throughput=True)))
         dead = [j for j in client.list_jobs("dead", limit=1) if j.job_id in ids]
         if dead:
             echo("")

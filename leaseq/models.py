@@ -38,6 +38,8 @@ class Lease:
     claimed_at: dt.datetime | None = None
     #: Key given at enqueue for external calls; None means "derive it from the job id".
     idempotency_key: str | None = None
+    #: When the job became claimable (database time); claimed_at - available_at is the wait.
+    available_at: dt.datetime | None = None
     #: Local monotonic time the lease object was made (at the claim), for elapsed times.
     claimed_monotonic: float = field(
         default_factory=time.monotonic, repr=False, compare=False, kw_only=True
@@ -154,16 +156,19 @@ class SweepResult:
 
 @dataclass(frozen=True)
 class QueueStats:
-    """Per-queue counts; ``oldest_ready_age`` is seconds the oldest claimable job has waited."""
+    """Per-queue health. Ages are seconds (0 when there is no such job); ``near_expiry``
+    counts running jobs whose lease ends within 10 s; ``finished_recently`` counts jobs
+    finished in the last minute (None unless asked for: it scans history)."""
 
     queue: str
     ready: int
     scheduled: int
     running: int
-    succeeded: int
     dead: int
-    cancelled: int
-    oldest_ready_age: float | None
+    oldest_ready_age: float
+    oldest_dead_age: float
+    near_expiry: int
+    finished_recently: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -230,9 +235,11 @@ def lease_from_row(row: Sequence[Any], lease_seconds: float) -> Lease:
         unknown_failures,
         claimed_at,
         idempotency_key,
+        available_at,
     ) = row
     return Lease(
         idempotency_key=idempotency_key,
+        available_at=available_at,
         lease_seconds=lease_seconds,
         payload_version=payload_version,
         unknown_failures=unknown_failures,

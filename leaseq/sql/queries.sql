@@ -121,7 +121,7 @@ FROM candidate
 WHERE j.id = candidate.id
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload,
           j.attempt_count, j.max_attempts, j.lease_expires_at, j.priority, j.created_at,
-          j.payload_version, j.unknown_failures, now(), j.idempotency_key;
+          j.payload_version, j.unknown_failures, now(), j.idempotency_key, j.available_at;
 
 -- name: heartbeat_jobs
 -- Renews many leases in one statement; rows missing from RETURNING lost their lease.
@@ -468,16 +468,29 @@ SELECT EXISTS (
 );
 
 -- name: queue_stats
--- One pass over the table; ages come from the database clock.
-SELECT queue_name,
-       count(*) FILTER (WHERE status = 'pending' AND available_at <= now()),
-       count(*) FILTER (WHERE status = 'pending' AND available_at > now()),
-       count(*) FILTER (WHERE status = 'running'),
-       count(*) FILTER (WHERE status = 'succeeded'),
-       count(*) FILTER (WHERE status = 'dead'),
-       count(*) FILTER (WHERE status = 'cancelled'),
-       extract(epoch FROM now() - min(available_at)
-         FILTER (WHERE status = 'pending' AND available_at <= now()))::float8
-FROM {schema}.jobs
-GROUP BY queue_name
+-- Per-queue health from the view (partial indexes only: cheap on any history).
+SELECT queue_name, ready, scheduled, running, dead, oldest_ready_age, oldest_dead_age,
+       near_expiry
+FROM {schema}.queue_stats
 ORDER BY queue_name;
+
+-- name: recent_throughput
+-- Jobs finished per queue in the last %(seconds)s seconds. This one scans finished rows
+-- (there is no index on finished_at, to keep completions cheap): for humans, not scrapes.
+SELECT queue_name, count(*)
+FROM {schema}.jobs
+WHERE status IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > now() - make_interval(secs => %(seconds)s)
+GROUP BY queue_name;
+
+-- name: database_health
+-- The rest of the database metrics: leases waiting for a sweep (running partial index),
+-- and what pg_stat_activity says about leaseq's own connections.
+SELECT
+  (SELECT count(*) FROM {schema}.jobs
+    WHERE status = 'running' AND lease_expires_at <= now()),
+  (SELECT count(*) FROM pg_stat_activity
+    WHERE wait_event_type = 'Lock' AND left(application_name, 6) = 'leaseq'),
+  (SELECT coalesce(json_object_agg(application_name, n), '{}'::json)
+     FROM (SELECT application_name, count(*) AS n FROM pg_stat_activity
+           WHERE left(application_name, 6) = 'leaseq' GROUP BY application_name) AS c);

@@ -1,8 +1,8 @@
 """Writes outcomes back: many finished jobs become one fenced statement.
 
 A job counts as done only when the statement that records it has committed; then the
-completer calls the job's ``on_done(ok)``, where ``ok`` says whether the lease still held
-(True) or was lost (False). During an outage the write is retried with backoff, but only
+completer calls the job's ``on_done(status)``: the job's new status, or None when the lease
+was lost and nothing was written. During an outage the write is retried with backoff, but only
 while the lease can still be valid: once its local deadline has passed, the fence would
 refuse it anyway.
 """
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from leaseq.client_async import AsyncClient
 from leaseq.models import Failure, Lease
+from leaseq.states import JobStatus
 from leaseq.worker.outage import TRANSIENT, Outage
 
 log = logging.getLogger("leaseq.worker")
@@ -29,7 +30,7 @@ Outcome = Lease | Failure  # a bare Lease means success
 class _Pending:
     outcome: Outcome
     deadline: float
-    on_done: Callable[[bool], None]
+    on_done: Callable[[JobStatus | None], None]
 
     @property
     def lease(self) -> Lease:
@@ -52,8 +53,10 @@ class Completer:
         self._queue: collections.deque[_Pending] = collections.deque()
         self._wake = asyncio.Event()
 
-    def submit(self, outcome: Outcome, *, deadline: float, on_done: Callable[[bool], None]) -> None:
-        """Queue an outcome; ``on_done(ok)`` runs once it is committed (or known lost).
+    def submit(
+        self, outcome: Outcome, *, deadline: float, on_done: Callable[[JobStatus | None], None]
+    ) -> None:
+        """Queue an outcome; ``on_done(status)`` runs once it is committed (or known lost).
 
         ``deadline`` is the monotonic time after which the lease has surely expired.
         """
@@ -77,25 +80,28 @@ class Completer:
         successes = [p for p in batch if isinstance(p.outcome, Lease)]
         failures = [p for p in batch if isinstance(p.outcome, Failure)]
         done = await self._write(self._complete, successes)
-        done |= await self._write(self._fail, failures)
+        done.update(await self._write(self._fail, failures))
         for pending in batch:
             try:
-                pending.on_done(pending.lease.job_id in done)
+                pending.on_done(done.get(pending.lease.job_id))
             except Exception:  # a bookkeeping bug must not stop every later completion
                 log.exception("completion callback failed for job %d", pending.lease.job_id)
 
-    async def _complete(self, pending: list[_Pending]) -> set[int]:
-        return await self._client.complete_many([p.lease for p in pending])
+    async def _complete(self, pending: list[_Pending]) -> dict[int, JobStatus]:
+        done = await self._client.complete_many([p.lease for p in pending])
+        return dict.fromkeys(done, JobStatus.SUCCEEDED)
 
-    async def _fail(self, pending: list[_Pending]) -> set[int]:
+    async def _fail(self, pending: list[_Pending]) -> dict[int, JobStatus]:
         failures = [p.outcome for p in pending if isinstance(p.outcome, Failure)]
-        return set(await self._client.fail_many(failures))
+        return await self._client.fail_many(failures)
 
     async def _write(
-        self, write: Callable[[list[_Pending]], Awaitable[set[int]]], pending: list[_Pending]
-    ) -> set[int]:
-        """One fenced batch write, retried through connection trouble; returns the ids the
-        database accepted.
+        self,
+        write: Callable[[list[_Pending]], Awaitable[dict[int, JobStatus]]],
+        pending: list[_Pending],
+    ) -> dict[int, JobStatus]:
+        """One fenced batch write, retried through connection trouble; returns the new status
+        of each job the database accepted.
 
         Retrying is safe because the write is fenced: if a try did commit before the
         connection broke, the retry finds the lease gone and the job is reported as not
@@ -112,4 +118,4 @@ class Completer:
                 await asyncio.sleep(self._outage.backoff())
                 now = time.monotonic()
                 pending = [p for p in pending if p.deadline > now]
-        return set()
+        return {}

@@ -65,6 +65,7 @@ class WorkerConfig:
     - ``poll_interval``: the worker checks the table at least this often, NOTIFY or not.
     - ``sweep_interval``: how often this worker recovers expired leases (any worker may).
     - ``op_timeout``: longest wait for one database statement before it counts as failed.
+    - ``metrics_port``: serve /metrics, /healthz and /readyz on ``metrics_host`` (None: off).
     - ``retention``: succeeded/cancelled jobs older than this many seconds are pruned every
       ``prune_interval`` (None: keep them; dead jobs are never pruned).
     - ``burst``: exit once nothing is claimable and nothing is running.
@@ -81,6 +82,8 @@ class WorkerConfig:
     sweep_interval: float = 15.0
     shutdown_timeout: float = 30.0
     op_timeout: float = 10.0
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     retention: float | None = 7 * 86400.0
     prune_interval: float = 60.0
     listen: bool = True
@@ -110,6 +113,8 @@ class WorkerConfig:
         if self.retention is not None:
             validate.check_positive_seconds("retention", self.retention, 100 * 365 * 86400.0)
         validate.check_positive_seconds("prune_interval", self.prune_interval, 86400)
+        if self.metrics_port is not None:
+            validate.check_int("metrics_port", self.metrics_port, 0, 65535)
         validate.check_worker_id(self.worker_id)
         if self.burst and self.drain:
             raise ConfigError("choose --burst or --drain, not both")

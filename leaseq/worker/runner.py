@@ -31,8 +31,11 @@ from leaseq.app import App, Task
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
 from leaseq.errors import Permanent, Retry
+from leaseq.metrics import WorkerMetrics
 from leaseq.models import Failure, Lease
+from leaseq.observe import ObservabilityServer
 from leaseq.retry import ErrorClass
+from leaseq.states import JobStatus
 from leaseq.worker.completer import Completer
 from leaseq.worker.config import QueueSettings, WorkerConfig
 from leaseq.worker.context import LEASE_LOST, JobAborted, JobContext, JobServices
@@ -40,6 +43,27 @@ from leaseq.worker.listener import Listener
 from leaseq.worker.outage import TRANSIENT, Outage
 
 log = logging.getLogger("leaseq.worker")
+#: One record per job transition, with job_id, task, queue, attempt and token as fields
+#: (see ``--log-format json``); successes at DEBUG, everything else at INFO or above.
+jobs_log = logging.getLogger("leaseq.jobs")
+
+_OUTCOME = {
+    JobStatus.SUCCEEDED: "succeeded",
+    JobStatus.PENDING: "retried",
+    JobStatus.DEAD: "dead",
+    JobStatus.CANCELLED: "cancelled",
+}
+
+
+def _job_fields(lease: Lease) -> dict[str, Any]:
+    return {
+        "job_id": lease.job_id,
+        "task": lease.task,
+        "queue": lease.queue,
+        "attempt": lease.attempt,
+        "token": lease.token,
+    }
+
 
 UNKNOWN_TASK = "UNKNOWN_TASK"
 UNSUPPORTED_PAYLOAD_VERSION = "UNSUPPORTED_PAYLOAD_VERSION"
@@ -117,6 +141,9 @@ class Worker:
         )
         self.stats = WorkerStats()
         self.outage = Outage(heal=self.client.check_connections)
+        self.metrics = WorkerMetrics()
+        self.metrics_port: int | None = None
+        self._watch_gauges()
         # Keyed by (job id, token): after a lease loss this worker may reclaim the same job
         # while its stale attempt is still winding down; the two must not be confused.
         self._running: dict[tuple[int, int], _Running] = {}
@@ -134,6 +161,20 @@ class Worker:
         self._policies = {name: t.retry for name, t in app.tasks.items() if t.retry is not None}
         self._sync: Client | None = None
         self._sync_lock = threading.Lock()
+
+    def _watch_gauges(self) -> None:
+        """Gauges read on scrape (from the metrics thread: plain reads, no locking needed)."""
+        m = self.metrics
+        m.slots.set(self.config.concurrency)
+        m.busy_slots.set_function(
+            lambda: sum(1 for r in list(self._running.values()) if r.started_at and not r.reporting)
+        )
+        m.held_leases.set_function(lambda: len(self._running))
+        m.database_up.set_function(lambda: 0 if self.outage.down else 1)
+        for state in ("in_use", "idle", "waiting"):
+            m.db_connections.labels(state).set_function(
+                lambda state=state: self.client.pool_stats().get(state, 0)
+            )
 
     @property
     def worker_id(self) -> str:
@@ -173,6 +214,16 @@ class Worker:
         """Run until stopped (or, in burst/drain mode, until there is no more work)."""
         await self.client.check_schema()
         loop = asyncio.get_running_loop()
+        observer = None
+        if self.config.metrics_port is not None:
+            observer = ObservabilityServer(
+                self.metrics.registry,
+                port=self.config.metrics_port,
+                host=self.config.metrics_host,
+                ready=lambda: not self.outage.down,
+            ).start()
+            self.metrics_port = observer.port
+            log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, observer.port)
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
@@ -209,6 +260,8 @@ class Worker:
             await self.client.close()
             if self._sync is not None:
                 await asyncio.to_thread(self._sync.close)
+            if observer is not None:
+                observer.stop()
         log.info(
             "worker %s stopped: %d succeeded, %d failed, %d lost",
             self.worker_id,
@@ -295,7 +348,16 @@ class Worker:
         leases = await self.client.claim(
             queue.name, worker=self.worker_id, lease_seconds=lease_seconds, limit=limit
         )
+        self.metrics.claim_statement.observe(time.monotonic() - sent)
         self.stats.claimed += len(leases)
+        if leases:
+            self.metrics.claimed.labels(queue.name).inc(len(leases))
+            waited = self.metrics.claim_latency.labels(queue.name)
+            for lease in leases:
+                if lease.claimed_at is not None and lease.available_at is not None:
+                    waited.observe(
+                        max(0.0, (lease.claimed_at - lease.available_at).total_seconds())
+                    )
         for lease in leases:
             self._start(lease, sent + lease_seconds)
         return leases
@@ -402,25 +464,46 @@ class Worker:
         self._completer.submit(
             outcome,
             deadline=running.deadline,
-            on_done=lambda ok: self._recorded(running, outcome, ok),
+            on_done=lambda status: self._recorded(running, outcome, status),
         )
         return True
 
-    def _recorded(self, running: _Running, outcome: Lease | Failure, ok: bool) -> None:
+    def _recorded(
+        self, running: _Running, outcome: Lease | Failure, status: JobStatus | None
+    ) -> None:
         self._forget(running)
-        if not ok:
+        lease = running.lease
+        if status is None:
             self.stats.lost_fence_writes += 1
+            operation = "complete" if isinstance(outcome, Lease) else "fail"
+            self.metrics.lost_fence.labels(operation).inc()
             log.warning(
                 "job %d: lease (token %d) was lost before its result was recorded; "
                 "result discarded",
-                running.lease.job_id,
-                running.lease.token,
+                lease.job_id,
+                lease.token,
             )
-        elif isinstance(outcome, Lease):
+            return
+        self.metrics.completion_latency.labels(lease.queue).observe(
+            time.monotonic() - lease.claimed_monotonic
+        )
+        self.metrics.finished.labels(lease.queue, _OUTCOME[status]).inc()
+        if isinstance(outcome, Lease):
             self.stats.succeeded += 1
-        else:
-            self.stats.failed += 1
-            self.stats.count_error(outcome.error_code)
+            jobs_log.debug("job %d succeeded", lease.job_id, extra=_job_fields(lease))
+            return
+        self.stats.failed += 1
+        self.stats.count_error(outcome.error_code)
+        if status is JobStatus.PENDING:
+            self.metrics.retry(lease.queue, outcome.error_code, lease.attempt)
+        jobs_log.info(
+            "job %d %s after attempt %d: %s",
+            lease.job_id,
+            "will be retried" if status is JobStatus.PENDING else str(status),
+            lease.attempt,
+            outcome.error_code,
+            extra={**_job_fields(lease), "status": str(status), "error_code": outcome.error_code},
+        )
 
     def _forget(self, running: _Running) -> None:
         self._running.pop(running.key, None)
@@ -496,6 +579,7 @@ class Worker:
 
     def _count_abort(self, running: _Running, reason: str) -> None:
         running.abort_counted = True
+        self.metrics.leases_lost.labels(reason).inc()
         self.stats.aborted[reason] = self.stats.aborted.get(reason, 0) + 1
         if reason == LEASE_LOST:
             self.stats.lost_leases += 1
@@ -586,8 +670,11 @@ class Worker:
                 self.outage.ok()
             except TRANSIENT as exc:
                 self.stats.heartbeat_failures += 1
+                self.metrics.heartbeat_failures.inc()
                 await self.outage.failed("lease renewal", exc)
                 continue
+            if result.lost:
+                self.metrics.lost_fence.labels("heartbeat").inc(len(result.lost))
             for running in group:
                 if running.key in result.lost:
                     if running.key in self._running:
@@ -605,6 +692,8 @@ class Worker:
                     result = await self.client.sweep(actor=actor, policies=self._policies)
                 self.stats.swept_requeued += result.requeued
                 self.stats.swept_dead += result.dead
+                self.metrics.lease_expirations.labels("requeued").inc(result.requeued)
+                self.metrics.lease_expirations.labels("dead").inc(result.dead)
                 if result.total:
                     log.info(
                         "sweeper recovered %d expired lease(s): %d requeued, %d dead",

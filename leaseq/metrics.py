@@ -1,0 +1,322 @@
+"""Metrics: one table of names and meanings, and the two places they come from.
+
+Worker metrics describe what one worker process did (transitions, latencies, lost fences);
+``leaseq worker --metrics-port`` serves them. Database metrics describe the queue itself
+(ages, counts, dead jobs), computed on scrape by cheap indexed queries; ``leaseq metrics
+serve`` serves them. Labels are bounded: queue names (a deployment's own, few), error codes
+(at most ``MAX_ERROR_CODES`` distinct, the rest as "other"), attempt numbers (1-5, then
+"6+"); never job ids.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from leaseq.models import QueueStats
+
+# The *_created series double the scrape for a timestamp nobody alerts on.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+MAX_ERROR_CODES = 50
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+STATEMENT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    kind: str  # counter, gauge, histogram
+    labels: tuple[str, ...]
+    source: str  # worker or database
+    help: str
+
+
+#: Every metric leaseq exports. README's table is generated from this list.
+METRICS: tuple[MetricSpec, ...] = (
+    # -- worker ------------------------------------------------------------------------
+    MetricSpec(
+        "leaseq_jobs_claimed_total",
+        "counter",
+        ("queue",),
+        "worker",
+        "Jobs claimed (each claim starts an attempt under a new fencing token).",
+    ),
+    MetricSpec(
+        "leaseq_jobs_finished_total",
+        "counter",
+        ("queue", "outcome"),
+        "worker",
+        "Attempts whose outcome was committed: succeeded, retried, dead, cancelled.",
+    ),
+    MetricSpec(
+        "leaseq_retries_total",
+        "counter",
+        ("queue", "error_code", "attempt"),
+        "worker",
+        "Failed attempts scheduled for retry, by error code and attempt number.",
+    ),
+    MetricSpec(
+        "leaseq_claim_latency_seconds",
+        "histogram",
+        ("queue",),
+        "worker",
+        "Time from a job becoming available to its claim (database clock).",
+    ),
+    MetricSpec(
+        "leaseq_completion_latency_seconds",
+        "histogram",
+        ("queue",),
+        "worker",
+        "Time from claim to the committed outcome of the attempt.",
+    ),
+    MetricSpec(
+        "leaseq_claim_statement_seconds",
+        "histogram",
+        (),
+        "worker",
+        "Duration of one claim statement (round trip).",
+    ),
+    MetricSpec(
+        "leaseq_lost_fence_total",
+        "counter",
+        ("operation",),
+        "worker",
+        "Fenced writes refused because the lease was gone: complete, fail, heartbeat.",
+    ),
+    MetricSpec(
+        "leaseq_leases_lost_total",
+        "counter",
+        ("reason",),
+        "worker",
+        "Attempts the worker gave up: LEASE_LOST, NO_PROGRESS, MAX_RUNTIME_EXCEEDED, "
+        "CANCELLED, WORKER_SHUTDOWN.",
+    ),
+    MetricSpec(
+        "leaseq_heartbeat_failures_total",
+        "counter",
+        (),
+        "worker",
+        "Lease renewals that could not reach the database.",
+    ),
+    MetricSpec(
+        "leaseq_lease_expirations_total",
+        "counter",
+        ("outcome",),
+        "worker",
+        "Expired leases this worker's sweeper recovered: requeued or dead.",
+    ),
+    MetricSpec("leaseq_worker_slots", "gauge", (), "worker", "Handler slots (concurrency)."),
+    MetricSpec(
+        "leaseq_worker_busy_slots",
+        "gauge",
+        (),
+        "worker",
+        "Slots running a handler now; busy / slots is the saturation.",
+    ),
+    MetricSpec(
+        "leaseq_worker_held_leases",
+        "gauge",
+        (),
+        "worker",
+        "Leases this worker holds (running, prefetched, or being reported).",
+    ),
+    MetricSpec(
+        "leaseq_worker_db_connections",
+        "gauge",
+        ("state",),
+        "worker",
+        "The worker's pooled connections: in_use, idle; waiting requests.",
+    ),
+    MetricSpec(
+        "leaseq_database_up",
+        "gauge",
+        (),
+        "worker",
+        "1 while the worker reaches the database, 0 during an outage.",
+    ),
+    # -- database ------------------------------------------------------------------------
+    MetricSpec(
+        "leaseq_oldest_claimable_age_seconds",
+        "gauge",
+        ("queue",),
+        "database",
+        "Age of the oldest job that is claimable now (0 when none): alert on old work.",
+    ),
+    MetricSpec(
+        "leaseq_jobs",
+        "gauge",
+        ("queue", "state"),
+        "database",
+        "Jobs by state: ready, scheduled, running, dead.",
+    ),
+    MetricSpec(
+        "leaseq_running_near_expiry",
+        "gauge",
+        ("queue",),
+        "database",
+        "Running jobs whose lease ends within 10 seconds.",
+    ),
+    MetricSpec(
+        "leaseq_expired_leases",
+        "gauge",
+        (),
+        "database",
+        "Running jobs whose lease already ended, waiting for a sweep.",
+    ),
+    MetricSpec(
+        "leaseq_oldest_dead_age_seconds",
+        "gauge",
+        ("queue",),
+        "database",
+        "Age of the oldest unresolved dead job (0 when none).",
+    ),
+    MetricSpec(
+        "leaseq_lock_waits",
+        "gauge",
+        (),
+        "database",
+        "leaseq connections waiting on a lock right now.",
+    ),
+    MetricSpec(
+        "leaseq_db_connections",
+        "gauge",
+        ("application",),
+        "database",
+        "Open database connections of leaseq processes, by application_name.",
+    ),
+    MetricSpec(
+        "leaseq_metrics_query_seconds",
+        "gauge",
+        (),
+        "database",
+        "How long computing these database metrics took.",
+    ),
+)
+
+SPECS = {spec.name: spec for spec in METRICS}
+
+
+def exported_names() -> set[str]:
+    """Names as they appear in the exposition (histograms add _bucket/_sum/_count)."""
+    names = set()
+    for spec in METRICS:
+        names.add(spec.name)
+        if spec.kind == "histogram":
+            names |= {f"{spec.name}_bucket", f"{spec.name}_sum", f"{spec.name}_count"}
+    return names
+
+
+def _attempt_label(attempt: int) -> str:
+    return str(attempt) if attempt <= 5 else "6+"
+
+
+class WorkerMetrics:
+    """The worker-side metrics of one worker, in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._codes: set[str] = set()
+
+        def make(name: str, **kwargs: Any) -> Any:
+            spec = SPECS[name]
+            cls = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}[spec.kind]
+            # prometheus_client adds _total itself for counters.
+            base = name.removesuffix("_total") if spec.kind == "counter" else name
+            return cls(base, spec.help, spec.labels, registry=self.registry, **kwargs)
+
+        self.claimed = make("leaseq_jobs_claimed_total")
+        self.finished = make("leaseq_jobs_finished_total")
+        self.retries = make("leaseq_retries_total")
+        self.claim_latency = make("leaseq_claim_latency_seconds", buckets=LATENCY_BUCKETS)
+        self.completion_latency = make("leaseq_completion_latency_seconds", buckets=LATENCY_BUCKETS)
+        self.claim_statement = make("leaseq_claim_statement_seconds", buckets=STATEMENT_BUCKETS)
+        self.lost_fence = make("leaseq_lost_fence_total")
+        self.leases_lost = make("leaseq_leases_lost_total")
+        self.heartbeat_failures = make("leaseq_heartbeat_failures_total")
+        self.lease_expirations = make("leaseq_lease_expirations_total")
+        self.slots = make("leaseq_worker_slots")
+        self.busy_slots = make("leaseq_worker_busy_slots")
+        self.held_leases = make("leaseq_worker_held_leases")
+        self.db_connections = make("leaseq_worker_db_connections")
+        self.database_up = make("leaseq_database_up")
+        self.database_up.set(1)
+
+    def error_code(self, code: str) -> str:
+        if code in self._codes:
+            return code
+        if len(self._codes) < MAX_ERROR_CODES:
+            self._codes.add(code)
+            return code
+        return "other"
+
+    def retry(self, queue: str, code: str, attempt: int) -> None:
+        self.retries.labels(queue, self.error_code(code), _attempt_label(attempt)).inc()
+
+
+class DatabaseCollector(Collector):
+    """Computes the database metrics on each scrape through ``fetch`` (a callable that runs
+    the ``queue_stats`` and ``database_health`` statements)."""
+
+    def __init__(self, fetch: Callable[[], tuple[list[QueueStats], dict[str, Any]]]) -> None:
+        self._fetch = fetch
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # computed on demand; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        queues, extra = self._fetch()
+        elapsed = time.perf_counter() - started
+
+        def family(name: str) -> GaugeMetricFamily:
+            spec = SPECS[name]
+            return GaugeMetricFamily(name, spec.help, labels=list(spec.labels))
+
+        oldest = family("leaseq_oldest_claimable_age_seconds")
+        jobs = family("leaseq_jobs")
+        near = family("leaseq_running_near_expiry")
+        dead_age = family("leaseq_oldest_dead_age_seconds")
+        for q in queues:
+            oldest.add_metric([q.queue], q.oldest_ready_age)
+            for state, value in (
+                ("ready", q.ready),
+                ("scheduled", q.scheduled),
+                ("running", q.running),
+                ("dead", q.dead),
+            ):
+                jobs.add_metric([q.queue, state], value)
+            near.add_metric([q.queue], q.near_expiry)
+            dead_age.add_metric([q.queue], q.oldest_dead_age)
+        yield from (oldest, jobs, near, dead_age)
+        expired = family("leaseq_expired_leases")
+        expired.add_metric([], extra["expired_leases"])
+        locks = family("leaseq_lock_waits")
+        locks.add_metric([], extra["lock_waits"])
+        conns = family("leaseq_db_connections")
+        for app, count in sorted(extra["connections"].items()):
+            conns.add_metric([app], count)
+        took = family("leaseq_metrics_query_seconds")
+        took.add_metric([], elapsed)
+        yield from (expired, locks, conns, took)
+
+
+def database_registry(
+    fetch: Callable[[], tuple[list[QueueStats], dict[str, Any]]],
+) -> CollectorRegistry:
+    """A registry holding only the database metrics, computed by ``fetch`` on each scrape."""
+    registry = CollectorRegistry()
+    registry.register(DatabaseCollector(fetch))
+    return registry
