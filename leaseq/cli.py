@@ -62,6 +62,31 @@ class Settings:
 pass_settings = click.make_pass_decorator(Settings)
 
 
+if TYPE_CHECKING:
+    _FloatParam = click.ParamType[float]
+else:  # click < 8.3 has no generic ParamType at run time
+    _FloatParam = click.ParamType
+
+
+class Duration(_FloatParam):
+    """A duration such as 90s, 15m, 2h, 7d (seconds when bare)."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        try:
+            return validate.parse_duration(value)
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = Duration()
+
+
 def _emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, default=str))
 
@@ -172,6 +197,7 @@ def _parse_payload(text: str | None) -> Any:
 @click.option("--priority", type=int, default=0, show_default=True)
 @click.option("--delay", type=float, default=None, help="Seconds from now (database clock).")
 @click.option("--max-attempts", type=int, default=8, show_default=True)
+@click.option("--ordering-key", default=None, help="Run after earlier jobs of this key.")
 @click.option("--json", "as_json", is_flag=True, help="Print {'id': ...} as JSON.")
 @pass_settings
 def enqueue(
@@ -182,6 +208,7 @@ def enqueue(
     priority: int,
     delay: float | None,
     max_attempts: int,
+    ordering_key: str | None,
     as_json: bool,
 ) -> None:
     """Enqueue TASK with an optional JSON PAYLOAD; prints the job id."""
@@ -192,6 +219,7 @@ def enqueue(
         priority=priority,
         delay=delay,
         max_attempts=max_attempts,
+        ordering_key=ordering_key,
     )
     if as_json:
         _emit_json({"id": job_id})
@@ -235,7 +263,10 @@ def _queue_settings(specs: tuple[str, ...], app: App, any_queue: bool) -> tuple[
     "-q",
     "queues",
     multiple=True,
-    help="Queue to serve, repeatable; NAME or NAME:lease=SECONDS,batch=N. Default: default.",
+    help=(
+        "Queue to serve, repeatable: NAME[=WEIGHT][:lease=SECONDS,batch=N]; weights split "
+        "the slots between queues that all have work. Default: default."
+    ),
 )
 @click.option("--any-queue", is_flag=True, help="Allow queues no task of the app declares.")
 @click.option("--concurrency", "-c", type=int, default=10, show_default=True)
@@ -262,6 +293,12 @@ def _queue_settings(specs: tuple[str, ...], app: App, any_queue: bool) -> tuple[
     show_default=True,
     help="Prune succeeded/cancelled jobs older than this (e.g. 1d), or 'never'.",
 )
+@click.option(
+    "--priority-aging",
+    type=DURATION,
+    default=None,
+    help="Raise a waiting job's priority by 1 per this much waiting (e.g. 30s). Default: off.",
+)
 @click.option("--metrics-port", type=int, default=None, help="Serve /metrics, /healthz, /readyz.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True)
 @click.option("--no-listen", is_flag=True, help="Do not LISTEN; rely on polling only.")
@@ -284,6 +321,7 @@ def worker(
     shutdown_timeout: float,
     op_timeout: float,
     retention: str,
+    priority_aging: float | None,
     metrics_port: int | None,
     metrics_host: str,
     no_listen: bool,
@@ -315,6 +353,7 @@ def worker(
         op_timeout=op_timeout,
         retention=None if retention == "never" else validate.parse_duration(retention),
         listen=not no_listen,
+        priority_aging=priority_aging,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         burst=burst,
@@ -444,31 +483,6 @@ def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
 @cli.group()
 def dead() -> None:
     """Dead jobs: kept, inspectable, replayable."""
-
-
-if TYPE_CHECKING:
-    _FloatParam = click.ParamType[float]
-else:  # click < 8.3 has no generic ParamType at run time
-    _FloatParam = click.ParamType
-
-
-class Duration(_FloatParam):
-    """A duration such as 90s, 15m, 2h, 7d (seconds when bare)."""
-
-    name = "duration"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, int | float):
-            return float(value)
-        try:
-            return validate.parse_duration(value)
-        except ConfigError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-DURATION = Duration()
 
 
 def job_filters(func: Any) -> Any:
@@ -641,7 +655,7 @@ def cancel(settings: Settings, job_id: int, reason: str | None) -> None:
 def sweep(settings: Settings) -> None:
     """Recover expired leases now (workers also do this on their own)."""
     result = settings.client.sweep(actor="sweeper:cli")
-    click.echo(f"requeued {result.requeued}, dead {result.dead}")
+    click.echo(f"requeued {result.requeued}, dead {result.dead}, cancelled {result.cancelled}")
 
 
 @cli.command()
@@ -653,6 +667,57 @@ def demo(settings: Settings, count: int, demo_schema: str) -> None:
     from leaseq import demo as demo_module
 
     demo_module.run(settings.dsn, schema=demo_schema, count=count, echo=click.echo)
+
+
+@cli.group()
+def keys() -> None:
+    """Ordering keys: which are blocked by a dead head, and moving past one."""
+
+
+@keys.command("blocked")
+@click.option("--limit", type=int, default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_settings
+def keys_blocked(settings: Settings, limit: int, as_json: bool) -> None:
+    """Keys whose head job is dead (policy block): later jobs of the key wait for it."""
+    found = settings.client.blocked_keys(limit=limit)
+    if as_json:
+        _emit_json([k.as_dict() for k in found])
+        return
+    if not found:
+        click.echo("no blocked keys")
+        return
+    now = dt.datetime.now(dt.UTC)
+    rows = [
+        [
+            k.key,
+            k.head_job_id,
+            k.task,
+            k.error_code or "-",
+            _age((now - k.dead_since).total_seconds()) if k.dead_since else "-",
+            k.waiting,
+        ]
+        for k in found
+    ]
+    click.echo(_table(["key", "dead head", "task", "error", "dead for", "waiting"], rows))
+    click.echo("replay the head (leaseq replay ID) or skip it (leaseq keys skip ID --reason ...)")
+
+
+@keys.command("skip")
+@click.argument("job_id", type=int)
+@click.option("--reason", required=True, help="Why the key may move on; kept in the trail.")
+@click.option("--actor", default=None, help="Who skips (default: $USER).")
+@pass_settings
+def keys_skip(settings: Settings, job_id: int, reason: str, actor: str | None) -> None:
+    """Let a key move past its dead head JOB_ID (the head stays dead, replayable)."""
+    who = actor or os.environ.get("USER") or "operator"
+    if settings.client.skip_dead_head(job_id, reason=reason, actor=who):
+        click.echo(f"job {job_id} skipped by {who}; its key moves on")
+        return
+    job = settings.client.get_job(job_id)
+    if job is None:
+        raise Failed(f"no job with id {job_id}")
+    raise Failed(f"job {job_id} is not a dead head of an ordering key (it is {job.status})")
 
 
 @cli.group()

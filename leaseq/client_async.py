@@ -24,6 +24,7 @@ from leaseq import validate
 from leaseq.dsn import describe_dsn, resolve_dsn
 from leaseq.errors import ConfigError, DatabaseUnavailable, SchemaError
 from leaseq.models import (
+    BlockedKey,
     EffectRecord,
     Failure,
     Heartbeat,
@@ -144,6 +145,29 @@ class AsyncClient:
         async with pool.connection() as conn:
             yield conn
 
+    @contextlib.asynccontextmanager
+    async def _transaction(
+        self, connection: AsyncConnection[Any] | None = None
+    ) -> AsyncIterator[AsyncConnection[Any]]:
+        """The caller's connection as it is (their transaction), or a pooled one inside a
+        transaction of our own, committed on success."""
+        if connection is not None:
+            yield connection
+            return
+        pool = await self._get_pool()
+        async with pool.connection() as conn, conn.transaction():
+            yield conn
+
+    async def _lock_keys(self, conn: AsyncConnection[Any], keys: Iterable[str | None]) -> list[str]:
+        wanted = sorted({k for k in keys if k})
+        if wanted:
+            await self._rows("lock_keys", {"keys": wanted}, conn)
+        return wanted
+
+    async def _promote_keys(self, conn: AsyncConnection[Any], keys: list[str]) -> None:
+        if keys:
+            await self._rows("promote_keys", {"keys": keys, "channel": self.channel}, conn)
+
     def pool_stats(self) -> dict[str, int]:
         """Connections of the pool: in_use, idle, and requests waiting for one."""
         if self._pool is None:
@@ -263,6 +287,8 @@ class AsyncClient:
             "max_attempts": validate.check_max_attempts(spec.max_attempts),
             "payload_version": validate.check_payload_version(spec.payload_version),
             "idempotency_key": validate.check_idempotency_key(spec.idempotency_key),
+            "ordering_key": validate.check_ordering_key(spec.ordering_key),
+            "key_policy": validate.check_key_policy(spec.key_policy),
         }
 
     async def enqueue(
@@ -277,6 +303,8 @@ class AsyncClient:
         max_attempts: int = 8,
         payload_version: int | None = None,
         idempotency_key: str | None = None,
+        ordering_key: str | None = None,
+        key_policy: str = "block",
         connection: AsyncConnection[Any] | None = None,
     ) -> int:
         """Store one job; returns its id.
@@ -285,6 +313,8 @@ class AsyncClient:
         exists, and workers are woken, only if the caller commits. ``payload_version`` tags
         the payload's schema, for tasks that accept only some versions. ``idempotency_key``
         becomes the job's ``ctx.idempotency_key`` (default: derived from the job id).
+        Jobs sharing an ``ordering_key`` run one at a time, in enqueue order; when one ends
+        dead, ``key_policy`` says whether its key waits (``block``) or moves on (``skip``).
         """
         spec = JobSpec(
             task,
@@ -296,10 +326,17 @@ class AsyncClient:
             max_attempts,
             payload_version,
             idempotency_key,
+            ordering_key,
+            key_policy,
         )
         params = self._job_params(spec)
         params["channel"] = self.channel
-        rows = await self._rows("insert_job", params, connection)
+        if params["ordering_key"] is None:
+            rows = await self._rows("insert_job", params, connection)
+        else:
+            async with self._transaction(connection) as conn:
+                await self._lock_keys(conn, [params["ordering_key"]])
+                rows = await self._rows("insert_job", params, conn)
         return int(rows[0][0])
 
     async def enqueue_many(
@@ -326,9 +363,16 @@ class AsyncClient:
             "max_attempts": [p["max_attempts"] for p in params_list],
             "payload_versions": [p["payload_version"] for p in params_list],
             "idempotency_keys": [p["idempotency_key"] for p in params_list],
+            "ordering_keys": [p["ordering_key"] for p in params_list],
+            "key_policies": [p["key_policy"] for p in params_list],
             "channel": self.channel,
         }
-        rows = await self._rows("insert_jobs", arrays, connection)
+        if not any(arrays["ordering_keys"]):
+            rows = await self._rows("insert_jobs", arrays, connection)
+        else:
+            async with self._transaction(connection) as conn:
+                await self._lock_keys(conn, arrays["ordering_keys"])
+                rows = await self._rows("insert_jobs", arrays, conn)
         return [int(row[0]) for row in rows]
 
     # -- the lease lifecycle ------------------------------------------------------------
@@ -385,7 +429,14 @@ class AsyncClient:
         """Mark jobs succeeded, fenced; returns the ids that were still ours."""
         if not leases:
             return set()
-        rows = await self._rows("complete_jobs", _fence_arrays(leases), connection)
+        if not any(lease.ordering_key for lease in leases):
+            rows = await self._rows("complete_jobs", _fence_arrays(leases), connection)
+            return {int(row[0]) for row in rows}
+        # A head of an ordering key finishes: unblock the next job in the same transaction.
+        async with self._transaction(connection) as conn:
+            keys = await self._lock_keys(conn, [lease.ordering_key for lease in leases])
+            rows = await self._rows("complete_jobs", _fence_arrays(leases), conn)
+            await self._promote_keys(conn, keys)
         return {int(row[0]) for row in rows}
 
     async def complete(
@@ -435,7 +486,13 @@ class AsyncClient:
             "classes": [str(f.effective_class) for f in failures],
             "details": [self._detail(f.detail) for f in failures],
         }
-        rows = await self._rows("fail_jobs", params)
+        if not any(f.lease.ordering_key for f in failures):
+            rows = await self._rows("fail_jobs", params)
+        else:
+            async with self._transaction() as conn:
+                keys = await self._lock_keys(conn, [f.lease.ordering_key for f in failures])
+                rows = await self._rows("fail_jobs", params, conn)
+                await self._promote_keys(conn, keys)
         return {int(row[0]): JobStatus(row[1]) for row in rows}
 
     async def fail(
@@ -488,8 +545,16 @@ class AsyncClient:
                 locked = await cur.fetchall()
                 if not locked:
                     return total
+                full_batch = len(locked) == batch
+                wanted = sorted({row[7] for row in locked if row[7]})
+                keys: list[str] = []
+                if wanted:
+                    got = await self._rows("try_lock_keys", {"keys": wanted}, conn)
+                    keys = [key for key, ok in got if ok]
+                    # A key busy elsewhere: leave its jobs for the next sweep.
+                    locked = [row for row in locked if not row[7] or row[7] in keys]
                 decisions = []
-                for _, _, task, attempt, max_attempts, unknown, elapsed in locked:
+                for _, _, task, attempt, max_attempts, unknown, elapsed, _ in locked:
                     policy = (policies or {}).get(task) or self.retry_policy
                     decisions.append(
                         decide_failure(
@@ -515,11 +580,13 @@ class AsyncClient:
                     },
                 )
                 done = await cur.fetchall()
+                await self._promote_keys(conn, keys)
             total = total + SweepResult(
                 requeued=sum(1 for row in done if row[1] == "pending"),
                 dead=sum(1 for row in done if row[1] == "dead"),
+                cancelled=sum(1 for row in done if row[1] == "cancelled"),
             )
-            if len(locked) < batch:
+            if not full_batch:
                 return total
 
     # -- inspection and operator actions ---------------------------------------------------
@@ -682,7 +749,50 @@ class AsyncClient:
         False when the job does not exist or is already finished.
         """
         params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
-        return bool(await self._rows("cancel_job", params))
+        found = await self._rows("job_key", {"id": job_id})
+        if not found or found[0][0] is None:
+            return bool(await self._rows("cancel_job", params))
+        async with self._transaction() as conn:
+            keys = await self._lock_keys(conn, [found[0][0]])
+            cancelled = bool(await self._rows("cancel_job", params, conn))
+            await self._promote_keys(conn, keys)
+        return cancelled
+
+    async def blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:
+        """Ordering keys held up by a dead head (policy ``block``), oldest first."""
+        rows = await self._rows(
+            "blocked_keys", {"limit": validate.check_int("limit", limit, 1, 100_000)}
+        )
+        return [BlockedKey(*row) for row in rows]
+
+    async def skip_dead_head(self, job_id: int, *, reason: str, actor: str | None = None) -> bool:
+        """Let an ordering key move past its dead head (which stays dead); audited.
+        False when the job is not a dead, keyed, not-yet-skipped job."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError("skipping a dead head needs a reason")
+        found = await self._rows("job_key", {"id": job_id})
+        if not found or found[0][0] is None:
+            return False
+        async with self._transaction() as conn:
+            keys = await self._lock_keys(conn, [found[0][0]])
+            params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
+            skipped = bool(await self._rows("skip_dead_head", params, conn))
+            await self._promote_keys(conn, keys)
+        return skipped
+
+    async def age_priorities(self, *, interval: float, batch_size: int = 1000) -> int:
+        """Priority aging: raise the priority of jobs claimable for a whole ``interval``
+        or more (see the age_priorities statement); returns how many moved up."""
+        params = {
+            "interval": validate.check_positive_seconds("interval", interval, 86400.0),
+            "limit": validate.check_int("batch_size", batch_size, 1, 100_000),
+        }
+        total = 0
+        while moved := len(await self._rows("age_priorities", params)):
+            total += moved
+            if moved < params["limit"]:
+                break
+        return total
 
     async def replay(
         self,

@@ -116,7 +116,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "counter",
         ("outcome",),
         "worker",
-        "Expired leases this worker's sweeper recovered: requeued or dead.",
+        "Expired leases this worker's sweeper recovered: requeued, dead or cancelled.",
     ),
     MetricSpec("leaseq_worker_slots", "gauge", (), "worker", "Handler slots (concurrency)."),
     MetricSpec(

@@ -40,6 +40,8 @@ class Lease:
     idempotency_key: str | None = None
     #: When the job became claimable (database time); claimed_at - available_at is the wait.
     available_at: dt.datetime | None = None
+    #: Jobs sharing this key run one at a time, in enqueue order.
+    ordering_key: str | None = None
     #: Local monotonic time the lease object was made (at the claim), for elapsed times.
     claimed_monotonic: float = field(
         default_factory=time.monotonic, repr=False, compare=False, kw_only=True
@@ -145,13 +147,19 @@ class SweepResult:
 
     requeued: int = 0
     dead: int = 0
+    #: Expired leases of jobs an operator had asked to cancel: they end cancelled.
+    cancelled: int = 0
 
     @property
     def total(self) -> int:
-        return self.requeued + self.dead
+        return self.requeued + self.dead + self.cancelled
 
     def __add__(self, other: SweepResult) -> SweepResult:
-        return SweepResult(self.requeued + other.requeued, self.dead + other.dead)
+        return SweepResult(
+            self.requeued + other.requeued,
+            self.dead + other.dead,
+            self.cancelled + other.cancelled,
+        )
 
 
 @dataclass(frozen=True)
@@ -187,6 +195,27 @@ class JobSpec:
     max_attempts: int = 8
     payload_version: int | None = None
     idempotency_key: str | None = None
+    ordering_key: str | None = None
+    key_policy: str = "block"
+
+
+@dataclass(frozen=True)
+class BlockedKey:
+    """An ordering key held up by its dead head (policy ``block``)."""
+
+    key: str
+    head_job_id: int
+    task: str
+    queue: str
+    error_code: str | None
+    dead_since: dt.datetime | None
+    waiting: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            k: (v.isoformat() if isinstance(v, dt.datetime) else v)
+            for k, v in self.__dict__.items()
+        }
 
 
 @dataclass(frozen=True)
@@ -236,8 +265,10 @@ def lease_from_row(row: Sequence[Any], lease_seconds: float) -> Lease:
         claimed_at,
         idempotency_key,
         available_at,
+        ordering_key,
     ) = row
     return Lease(
+        ordering_key=ordering_key,
         idempotency_key=idempotency_key,
         available_at=available_at,
         lease_seconds=lease_seconds,

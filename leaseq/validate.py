@@ -87,6 +87,23 @@ def check_idempotency_key(value: object) -> str | None:
     return value
 
 
+def check_ordering_key(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 200 or "\x00" in value:
+        raise ConfigError(
+            f"ordering_key must be a non-empty string of at most 200 characters, "
+            f"got {_short(value)}"
+        )
+    return value
+
+
+def check_key_policy(value: object) -> str:
+    if value not in ("block", "skip"):
+        raise ConfigError(f"key_policy must be 'block' or 'skip', got {_short(value)}")
+    return str(value)
+
+
 def parse_duration(text: str) -> float:
     """Seconds from ``90``, ``90s``, ``15m``, ``2h``, ``7d`` or ``1w``."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text or "")

@@ -11,6 +11,11 @@
 -- is replaced by the fragment's text.
 
 
+-- name: _key_blocking
+-- Does job b hold up later jobs of its ordering key? (A waiting, blocked job does not.)
+((b.status IN ('pending', 'running') AND NOT b.blocked)
+ OR (b.status = 'dead' AND b.key_policy = 'block' AND NOT b.key_skipped))
+
 -- name: _job_filter
 -- The operator's filter (dead list, bulk replay, purge); a NULL parameter matches all.
 status = ANY(%(statuses)s::{schema}.job_status[])
@@ -57,12 +62,19 @@ SELECT max(version) FROM {schema}.schema_version;
 -- (and when) the enclosing transaction commits. Jobs scheduled for later wake nobody.
 WITH ins AS (
   INSERT INTO {schema}.jobs
-    (queue_name, task, payload, priority, available_at, max_attempts, payload_version,
-     idempotency_key)
+    (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
+     payload_version, idempotency_key, ordering_key, key_policy, blocked)
   VALUES (
-    %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s,
+    %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
-    %(max_attempts)s, %(payload_version)s, %(idempotency_key)s
+    %(max_attempts)s, %(payload_version)s, %(idempotency_key)s, %(ordering_key)s,
+    %(key_policy)s,
+    -- Behind any live (or blocking dead) job of its key: wait. The caller holds the key's
+    -- advisory lock (lock_keys), so this answer cannot go stale before the commit.
+    %(ordering_key)s::text IS NOT NULL AND EXISTS (
+      SELECT 1 FROM {schema}.jobs AS b
+      WHERE b.ordering_key = %(ordering_key)s AND {_key_blocking}
+    )
   )
   RETURNING id, queue_name, available_at
 )
@@ -75,18 +87,28 @@ FROM ins;
 -- duplicate notifications of one transaction, so one wake-up per queue goes out.
 WITH ins AS (
   INSERT INTO {schema}.jobs
-    (queue_name, task, payload, priority, available_at, max_attempts, payload_version,
-     idempotency_key)
-  SELECT u.queue, u.task, u.payload, u.priority,
+    (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
+     payload_version, idempotency_key, ordering_key, key_policy, blocked)
+  SELECT u.queue, u.task, u.payload, u.priority, u.priority,
          coalesce(u.run_at, now() + make_interval(secs => u.delay)), u.max_attempts,
-         u.payload_version, u.idempotency_key
+         u.payload_version, u.idempotency_key, u.ordering_key, u.key_policy,
+         -- Within the batch only a key's first job may be its head; after that, as in
+         -- insert_job, anything live of the key already stored holds it up.
+         u.ordering_key IS NOT NULL AND (
+           row_number() OVER (PARTITION BY u.ordering_key ORDER BY u.ord) > 1
+           OR EXISTS (
+             SELECT 1 FROM {schema}.jobs AS b
+             WHERE b.ordering_key = u.ordering_key AND {_key_blocking}
+           )
+         )
   FROM unnest(
     %(queues)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[], %(priorities)s::int[],
     %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::int[],
-    %(payload_versions)s::int[], %(idempotency_keys)s::text[]
+    %(payload_versions)s::int[], %(idempotency_keys)s::text[], %(ordering_keys)s::text[],
+    %(key_policies)s::text[]
   ) WITH ORDINALITY
     AS u(queue, task, payload, priority, run_at, delay, max_attempts, payload_version,
-         idempotency_key, ord)
+         idempotency_key, ordering_key, key_policy, ord)
   ORDER BY u.ord
   RETURNING id, queue_name, available_at
 )
@@ -104,6 +126,7 @@ WITH candidate AS (
   FROM {schema}.jobs
   WHERE queue_name = %(queue)s
     AND status = 'pending'
+    AND NOT blocked
     AND available_at <= now()
   ORDER BY priority DESC, available_at, id
   LIMIT %(limit)s
@@ -121,7 +144,8 @@ FROM candidate
 WHERE j.id = candidate.id
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload,
           j.attempt_count, j.max_attempts, j.lease_expires_at, j.priority, j.created_at,
-          j.payload_version, j.unknown_failures, now(), j.idempotency_key, j.available_at;
+          j.payload_version, j.unknown_failures, now(), j.idempotency_key, j.available_at,
+          j.ordering_key;
 
 -- name: heartbeat_jobs
 -- Renews many leases in one statement; rows missing from RETURNING lost their lease.
@@ -232,7 +256,7 @@ RETURNING job_id;
 -- First half of the sweep: lock a bounded batch of expired leases. SKIP LOCKED lets
 -- several sweepers run at once without waiting on each other or taking the same row.
 SELECT id, lease_token, task, attempt_count, max_attempts, unknown_failures,
-       extract(epoch FROM now() - created_at)::float8
+       extract(epoch FROM now() - created_at)::float8, ordering_key
 FROM {schema}.jobs
 WHERE status = 'running'
   AND lease_expires_at <= now()
@@ -389,6 +413,99 @@ WITH doomed AS (
 DELETE FROM {schema}.jobs AS j USING doomed WHERE j.id = doomed.id
 RETURNING j.id;
 
+
+-- name: lock_keys
+-- Serialises everything that can change who is the head of these ordering keys (enqueue,
+-- completion, failure, cancel, skip). Keys are locked in sorted order: no deadlocks.
+SELECT pg_advisory_xact_lock(hashtextextended('{schema}.key.' || k, 0))
+FROM unnest(%(keys)s::text[]) AS k
+ORDER BY k;
+
+-- name: try_lock_keys
+-- The sweeper already holds row locks, so it must not wait on a key lock (a completion
+-- holding the key may be waiting for one of those rows): it takes what it can get now.
+SELECT k, pg_try_advisory_xact_lock(hashtextextended('{schema}.key.' || k, 0))
+FROM unnest(%(keys)s::text[]) AS k
+ORDER BY k;
+
+-- name: promote_keys
+-- After a head of these keys finished, unblock each key's next job, unless something of
+-- the key still holds it up (a retry pending, a dead head under the "block" policy).
+-- Run under lock_keys, in the transaction that finished the head.
+WITH next AS (
+  SELECT (
+    SELECT w.id FROM {schema}.jobs AS w
+    WHERE w.ordering_key = k.key AND w.status = 'pending' AND w.blocked
+    ORDER BY w.id
+    LIMIT 1
+  ) AS id
+  FROM unnest(%(keys)s::text[]) AS k(key)
+  WHERE NOT EXISTS (
+    SELECT 1 FROM {schema}.jobs AS b WHERE b.ordering_key = k.key AND {_key_blocking}
+  )
+), promoted AS (
+  UPDATE {schema}.jobs AS j
+  SET blocked = false
+  FROM next
+  WHERE j.id = next.id
+  RETURNING j.id, j.queue_name, j.available_at
+)
+SELECT id, CASE WHEN available_at <= now() THEN pg_notify(%(channel)s, queue_name)::text END
+FROM promoted;
+
+-- name: job_key
+SELECT ordering_key FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: blocked_keys
+-- Keys held up by a dead head under the "block" policy, with the head and the queue behind.
+SELECT h.ordering_key, h.id, h.task, h.queue_name, h.last_error_code, h.finished_at,
+       (SELECT count(*) FROM {schema}.jobs AS w
+         WHERE w.ordering_key = h.ordering_key AND w.status = 'pending' AND w.blocked)
+FROM {schema}.jobs AS h
+WHERE h.ordering_key IS NOT NULL
+  AND h.status = 'dead' AND h.key_policy = 'block' AND NOT h.key_skipped
+ORDER BY h.finished_at
+LIMIT %(limit)s;
+
+-- name: skip_dead_head
+-- An operator lets a key move past its dead head (audited); the head stays dead.
+WITH upd AS (
+  UPDATE {schema}.jobs
+  SET key_skipped = true
+  WHERE id = %(id)s AND status = 'dead' AND ordering_key IS NOT NULL AND NOT key_skipped
+  RETURNING id, lease_token, attempt_count
+)
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
+SELECT id, 'key_skipped', 'dead', 'dead', %(actor)s, lease_token, attempt_count, %(reason)s
+FROM upd
+RETURNING job_id;
+
+-- name: age_priorities
+-- Priority aging, a bounded batch at a time: a job that has been claimable for k whole
+-- aging intervals gets base_priority + k (capped), so a flood of higher-priority work can
+-- delay it only so long. SKIP LOCKED: rows being claimed are simply left alone.
+WITH due AS (
+  SELECT id, least(
+           32767,
+           base_priority
+             + floor(extract(epoch FROM now() - available_at) / %(interval)s)::int
+         ) AS aged
+  FROM {schema}.jobs
+  WHERE status = 'pending' AND NOT blocked
+    AND available_at <= now() - make_interval(secs => %(interval)s)
+    AND priority < least(
+          32767,
+          base_priority + floor(extract(epoch FROM now() - available_at) / %(interval)s)::int
+        )
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET priority = due.aged
+FROM due
+WHERE j.id = due.id
+RETURNING j.id;
 
 -- name: effect_get
 SELECT name, key, status, attempt, lease_token, started_at, finished_at, result, error

@@ -23,9 +23,12 @@ class QueueSettings:
     name: str
     lease_seconds: float | None = None
     batch_size: int | None = None
+    #: Share of the slots when a worker serves several queues that all have work.
+    weight: int = 1
 
     def __post_init__(self) -> None:
         validate.check_name("queue", self.name)
+        validate.check_int("queue weight", self.weight, 1, 1000)
         if self.lease_seconds is not None:
             validate.check_positive_seconds("lease_seconds", self.lease_seconds)
         if self.batch_size is not None:
@@ -33,8 +36,15 @@ class QueueSettings:
 
     @classmethod
     def parse(cls, text: str) -> QueueSettings:
-        """``NAME`` or ``NAME:lease=SECONDS,batch=N`` (the CLI's ``--queue`` syntax)."""
-        name, _, options = text.partition(":")
+        """``NAME[=WEIGHT][:lease=SECONDS,batch=N]`` (the CLI's ``--queue`` syntax)."""
+        head, _, options = text.partition(":")
+        name, eq, weight_text = head.partition("=")
+        weight = 1
+        if eq:
+            try:
+                weight = int(weight_text)
+            except ValueError:
+                raise ConfigError(f"bad queue weight in {text!r}: use NAME=WEIGHT") from None
         values: dict[str, str] = {}
         for item in filter(None, options.split(",")):
             key, eq, value = item.partition("=")
@@ -48,7 +58,7 @@ class QueueSettings:
             batch = int(values["batch"]) if "batch" in values else None
         except ValueError:
             raise ConfigError(f"bad number in queue option {text!r}") from None
-        return cls(name, lease, batch)
+        return cls(name, lease, batch, weight)
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,8 @@ class WorkerConfig:
     - ``poll_interval``: the worker checks the table at least this often, NOTIFY or not.
     - ``sweep_interval``: how often this worker recovers expired leases (any worker may).
     - ``op_timeout``: longest wait for one database statement before it counts as failed.
+    - ``priority_aging``: every this many seconds a claimable job has waited, its priority
+      rises by one (from its enqueue priority, capped at 32767); None: no aging.
     - ``metrics_port``: serve /metrics, /healthz and /readyz on ``metrics_host`` (None: off).
     - ``retention``: succeeded/cancelled jobs older than this many seconds are pruned every
       ``prune_interval`` (None: keep them; dead jobs are never pruned).
@@ -82,6 +94,7 @@ class WorkerConfig:
     sweep_interval: float = 15.0
     shutdown_timeout: float = 30.0
     op_timeout: float = 10.0
+    priority_aging: float | None = None
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     retention: float | None = 7 * 86400.0
@@ -113,6 +126,8 @@ class WorkerConfig:
         if self.retention is not None:
             validate.check_positive_seconds("retention", self.retention, 100 * 365 * 86400.0)
         validate.check_positive_seconds("prune_interval", self.prune_interval, 86400)
+        if self.priority_aging is not None:
+            validate.check_positive_seconds("priority_aging", self.priority_aging, 86400.0)
         if self.metrics_port is not None:
             validate.check_int("metrics_port", self.metrics_port, 0, 65535)
         validate.check_worker_id(self.worker_id)

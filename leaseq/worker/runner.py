@@ -39,6 +39,7 @@ from leaseq.states import JobStatus
 from leaseq.worker.completer import Completer
 from leaseq.worker.config import QueueSettings, WorkerConfig
 from leaseq.worker.context import LEASE_LOST, JobAborted, JobContext, JobServices
+from leaseq.worker.fairness import WeightedShares
 from leaseq.worker.listener import Listener
 from leaseq.worker.outage import TRANSIENT, Outage
 
@@ -159,6 +160,7 @@ class Worker:
         self._signals = 0
         self._renewal: asyncio.Task[None] | None = None
         self._policies = {name: t.retry for name, t in app.tasks.items() if t.retry is not None}
+        self._shares = WeightedShares([q.weight for q in self.config.queue_settings])
         self._sync: Client | None = None
         self._sync_lock = threading.Lock()
 
@@ -277,6 +279,8 @@ class Worker:
         for running in unstarted:
             if running.task is not None:
                 running.task.cancel()
+            # A task cancelled before its first step never runs its own cleanup.
+            self._forget(running)
         if unstarted:
             with contextlib.suppress(*TRANSIENT):
                 async with asyncio.timeout(self.config.op_timeout):
@@ -313,13 +317,17 @@ class Worker:
                 await self._slot_freed.wait()
                 continue
             self._wake.clear()
+            # Only a claim that *started* with nothing in flight can prove the queues empty:
+            # a job finishing during the claim may have made more work claimable (a retry,
+            # the next job of its ordering key) after the claim's snapshot was taken.
+            idle = not self._running
             try:
                 async with asyncio.timeout(cfg.op_timeout):
                     claimed, exhausted = await self._claim_round(free)
                     self.outage.ok()
                     if claimed and not exhausted:
                         continue  # more may be waiting: go again at once
-                    if not claimed and not self._running and await self._finished():
+                    if not claimed and idle and not self._running and await self._finished():
                         return
             except TRANSIENT as exc:
                 await self.outage.failed("claim", exc)
@@ -328,19 +336,26 @@ class Worker:
             await self._sleep_or_wake(cfg.poll_interval)
 
     async def _claim_round(self, free: int) -> tuple[int, bool]:
-        """Claim from each queue in turn until slots are full; (claimed, all queues empty)."""
+        """Split the free slots between the queues by weight and claim; slots a queue
+        leaves unused (it ran dry) go to the others. Returns (claimed, all queues empty)."""
+        queues = self.config.queue_settings
         claimed = 0
-        exhausted = True
-        for queue in self.config.queue_settings:
-            want = min(free - claimed, self.config.batch_for(queue))
-            if want <= 0:
-                exhausted = False
+        hungry = [True] * len(queues)  # still returning everything asked of it
+        while free - claimed > 0 and any(hungry):
+            shares = self._shares.split(free - claimed, hungry)
+            progressed = False
+            for i, queue in enumerate(queues):
+                want = min(shares[i], self.config.batch_for(queue))
+                if want <= 0:
+                    continue
+                leases = await self._claim(queue, want)
+                claimed += len(leases)
+                progressed = progressed or bool(leases)
+                if len(leases) < want:
+                    hungry[i] = False
+            if not progressed:
                 break
-            leases = await self._claim(queue, want)
-            claimed += len(leases)
-            if len(leases) == want:
-                exhausted = False
-        return claimed, exhausted
+        return claimed, not any(hungry)
 
     async def _claim(self, queue: QueueSettings, limit: int) -> list[Lease]:
         lease_seconds = self.config.lease_for(queue)
@@ -686,7 +701,18 @@ class Worker:
 
     async def _sweep_loop(self) -> None:
         actor = f"sweeper:{self.worker_id}"
+        aging = self.config.priority_aging
+        next_aging = time.monotonic()
         while True:
+            if aging is not None and time.monotonic() >= next_aging:
+                # Aging moves in whole intervals; checking a few times per interval keeps
+                # the bound tight without rescanning the backlog on every sweep.
+                next_aging = time.monotonic() + aging / 4
+                try:
+                    async with asyncio.timeout(max(self.config.op_timeout, 30.0)):
+                        await self.client.age_priorities(interval=aging)
+                except TRANSIENT as exc:
+                    await self.outage.failed("priority aging", exc)
             try:
                 async with asyncio.timeout(max(self.config.op_timeout, 30.0)):
                     result = await self.client.sweep(actor=actor, policies=self._policies)
@@ -694,6 +720,7 @@ class Worker:
                 self.stats.swept_dead += result.dead
                 self.metrics.lease_expirations.labels("requeued").inc(result.requeued)
                 self.metrics.lease_expirations.labels("dead").inc(result.dead)
+                self.metrics.lease_expirations.labels("cancelled").inc(result.cancelled)
                 if result.total:
                     log.info(
                         "sweeper recovered %d expired lease(s): %d requeued, %d dead",

@@ -1,0 +1,43 @@
+"""How a worker serving several queues splits its free slots: by weight, never starving.
+
+Smooth weighted round robin (the scheme nginx uses for upstreams): every slot handed out
+raises each queue's credit by its weight, and the queue with most credit gets the slot and
+pays back the total. Over time each queue gets slots in proportion to its weight, and
+even weight 1 next to weight 100 gets a slot within every 101. Pure, and stateful only in
+the credits it keeps between rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class WeightedShares:
+    def __init__(self, weights: Sequence[int]) -> None:
+        if not weights or any(w < 1 for w in weights):
+            raise ValueError("weights must be positive")
+        self._weights = list(weights)
+        self._credit = [0] * len(weights)
+
+    def next(self, eligible: Sequence[bool] | None = None) -> int:
+        """Index of the queue that gets the next slot (among ``eligible`` ones)."""
+        total = 0
+        best = -1
+        for i, weight in enumerate(self._weights):
+            if eligible is not None and not eligible[i]:
+                continue
+            self._credit[i] += weight
+            total += weight
+            if best < 0 or self._credit[i] > self._credit[best]:
+                best = i
+        if best < 0:
+            raise ValueError("no eligible queue")
+        self._credit[best] -= total
+        return best
+
+    def split(self, slots: int, eligible: Sequence[bool] | None = None) -> list[int]:
+        """How many of ``slots`` each queue gets this round."""
+        shares = [0] * len(self._weights)
+        for _ in range(slots):
+            shares[self.next(eligible)] += 1
+        return shares
