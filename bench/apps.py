@@ -1,17 +1,36 @@
-"""The app the ``drain-leaseq`` scenario's worker subprocess loads (``bench.apps:app``).
+"""The app the benchmark's worker subprocesses load (``bench.apps:app``).
 
-The handler does nothing, so what is measured is the queue's own cost per job.
+``noop`` does nothing, so the drains measure the queue's own cost per job. ``stamp`` is
+the wake-latency probe: it records the wall-clock time at which its handler started.
 """
 
 from __future__ import annotations
 
+import socket
+import time
 from typing import Any
 
 import leaseq
 
 app = leaseq.App()
 
+_signal_socket: socket.socket | None = None
+
 
 @app.task(name="noop")
 async def noop(ctx: leaseq.JobContext, payload: Any) -> None:
     pass
+
+
+@app.task(name="stamp")
+async def stamp(ctx: leaseq.JobContext, payload: Any) -> None:
+    """Payload ``{"i": N, "file": PATH, "port": PORT}``: append ``"N <time.time()>"`` to
+    PATH (the figure), then send ``N`` in a UDP datagram to 127.0.0.1:PORT, which tells
+    the benchmark it may enqueue the next job."""
+    started = time.time()  # first thing: this is the moment being measured
+    global _signal_socket
+    with open(payload["file"], "a", encoding="utf-8") as out:
+        out.write(f"{int(payload['i'])} {started!r}\n")
+    if _signal_socket is None:
+        _signal_socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    _signal_socket.sendto(str(int(payload["i"])).encode(), ("127.0.0.1", int(payload["port"])))

@@ -625,10 +625,13 @@ def replay(
 
 @cli.command()
 @click.option("--older-than", type=DURATION, required=True, help="e.g. 7d")
+@click.option(
+    "--pause", type=float, default=0.05, show_default=True, help="Seconds between batches."
+)
 @pass_settings
-def prune(settings: Settings, older_than: float) -> None:
+def prune(settings: Settings, older_than: float, pause: float) -> None:
     """Delete succeeded and cancelled jobs finished more than --older-than ago."""
-    done = settings.client.prune(older_than=older_than)
+    done = settings.client.prune(older_than=older_than, pause=pause)
     click.echo(f"pruned {done} finished job(s)")
 
 

@@ -890,10 +890,16 @@ class AsyncClient:
         return total
 
     async def prune(
-        self, *, older_than: float, batch_size: int = 1000, max_batches: int | None = None
+        self,
+        *,
+        older_than: float,
+        batch_size: int = 1000,
+        max_batches: int | None = None,
+        pause: float = 0.0,
     ) -> int:
         """Retention: delete succeeded and cancelled jobs finished more than ``older_than``
-        seconds ago (and their trail), in small batches that never block claims. Dead jobs
+        seconds ago (and their trail), in small batches that never make a claim wait on a
+        lock; ``pause`` seconds between batches leaves WAL bandwidth to claims. Dead jobs
         are never pruned (see :meth:`purge_dead`). Returns how many were deleted."""
         params = {
             "older_than": validate.check_positive_seconds(
@@ -908,4 +914,6 @@ class AsyncClient:
             batches += 1
             if done < params["limit"]:
                 break
+            if pause > 0:
+                await asyncio.sleep(pause)
         return total

@@ -310,3 +310,36 @@ def test_seed_2_worker_killed_after_claim_is_reclaimed_and_runs_once_more(
     assert job.lease_token == 2 and job.attempt_count == 2
     runs = marker.read_text().splitlines()
     assert [line.split(":")[1] for line in runs] == ["1", "2"], "ran under token 1, then 2"
+
+
+async def test_idle_worker_polls_at_its_interval_not_in_a_loop(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """Regression: a finished job left "slot freed" set, and an idle worker then claimed
+    in a tight loop (thousands of statements a second) instead of sleeping until its poll."""
+    app = _app(dsn, schema)
+
+    @app.task(name="noop")
+    async def noop(ctx: leaseq.JobContext, payload: Any) -> None:
+        pass
+
+    client.enqueue("noop")
+    worker = leaseq.Worker(app, _config(poll_interval=0.25, drain=False, listen=False))
+    run = asyncio.create_task(worker.run())
+    while worker.stats.succeeded < 1:
+        await asyncio.sleep(0.02)
+    before = _claims(worker)
+    await asyncio.sleep(1.0)  # idle: about four polls
+    idle_claims = _claims(worker) - before
+    worker.stop()
+    await asyncio.wait_for(run, 10)
+    assert 1 <= idle_claims <= 12, f"{idle_claims} claim statements in one idle second"
+
+
+def _claims(worker: leaseq.Worker) -> int:
+    for metric in worker.metrics.registry.collect():
+        if metric.name == "leaseq_claim_statement_seconds":
+            for sample in metric.samples:
+                if sample.name.endswith("_count"):
+                    return int(sample.value)
+    return 0

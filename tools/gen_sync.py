@@ -26,6 +26,7 @@ REPLACEMENTS: list[tuple[str, str]] = [
     (r"\basync with\b", "with"),
     (r"\basync for\b", "for"),
     (r"\bawait asyncio\.to_thread\((\w+), ", r"\1("),
+    (r"\bawait asyncio\.sleep\(", "time.sleep("),
     (r"\bawait ", ""),
     (r"\bAsyncConnectionPool\b", "ConnectionPool"),
     (r"\bAsyncConnection\b", "Connection"),

@@ -316,7 +316,11 @@ class Worker:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
+            # Both events are re-armed before the claim: a wake-up or a freed slot that
+            # arrives while it runs ends the next sleep at once, and nothing older does (a
+            # stale "slot freed" left set made an idle worker spin on claims).
             self._wake.clear()
+            self._slot_freed.clear()
             # Only a claim that *started* with nothing in flight can prove the queues empty:
             # a job finishing during the claim may have made more work claimable (a retry,
             # the next job of its ordering key) after the claim's snapshot was taken.
