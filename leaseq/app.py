@@ -113,6 +113,7 @@ class App:
         retry_policy: RetryPolicy | None = None,
         error_rules: ErrorRules | None = None,
         redact: Redactor | None = default_redact,
+        prepare: bool = True,
     ) -> None:
         """``error_rules`` map exception types to a failure class (permanent, transient,
         unknown) for every task; a task's own ``errors=`` are consulted first."""
@@ -122,6 +123,8 @@ class App:
         Classifier.build(error_rules, None)  # check the rules now, not at the first failure
         self.error_rules = error_rules
         self.redact = redact
+        #: False behind PgBouncer in transaction pooling mode (see AsyncClient).
+        self.prepare = prepare
         self.tasks: dict[str, Task] = {}
         self._client: Client | None = None
         self._async_client: AsyncClient | None = None
@@ -130,7 +133,11 @@ class App:
     def client(self) -> Client:
         if self._client is None:
             self._client = Client(
-                self.dsn, schema=self.schema, retry_policy=self.retry_policy, redact=self.redact
+                self.dsn,
+                schema=self.schema,
+                retry_policy=self.retry_policy,
+                redact=self.redact,
+                prepare=self.prepare,
             )
         return self._client
 
@@ -138,7 +145,11 @@ class App:
     def async_client(self) -> AsyncClient:
         if self._async_client is None:
             self._async_client = AsyncClient(
-                self.dsn, schema=self.schema, retry_policy=self.retry_policy, redact=self.redact
+                self.dsn,
+                schema=self.schema,
+                retry_policy=self.retry_policy,
+                redact=self.redact,
+                prepare=self.prepare,
             )
         return self._async_client
 

@@ -43,15 +43,16 @@ class Failed(click.ClickException):
 
 
 class Settings:
-    def __init__(self, dsn: str | None, schema: str) -> None:
+    def __init__(self, dsn: str | None, schema: str, prepare: bool = True) -> None:
         self.dsn = dsn
         self.schema = schema
+        self.prepare = prepare
         self._client: Client | None = None
 
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.dsn, schema=self.schema, pool_size=2)
+            self._client = Client(self.dsn, schema=self.schema, pool_size=2, prepare=self.prepare)
         return self._client
 
     def close(self) -> None:
@@ -162,13 +163,25 @@ def render_status(stats: Sequence[QueueStats]) -> str:
     show_default=True,
     help="json: one object per line, job fields (job_id, task, queue, attempt, token) included.",
 )
+@click.option(
+    "--no-prepare",
+    is_flag=True,
+    help="No server-side prepared statements (PgBouncer in transaction pooling mode).",
+)
 @click.version_option(package_name="leaseq")
 @click.pass_context
-def cli(ctx: click.Context, dsn: str | None, schema: str, verbose: int, log_format: str) -> None:
+def cli(
+    ctx: click.Context,
+    dsn: str | None,
+    schema: str,
+    verbose: int,
+    log_format: str,
+    no_prepare: bool,
+) -> None:
     """leaseq: a PostgreSQL job queue with fenced, expiring leases."""
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     configure_logging(level=level, json_format=log_format == "json")
-    settings = Settings(dsn, schema)
+    settings = Settings(dsn, schema, prepare=not no_prepare)
     ctx.obj = settings
     ctx.call_on_close(settings.close)
 
@@ -302,6 +315,11 @@ def _queue_settings(specs: tuple[str, ...], app: App, any_queue: bool) -> tuple[
 @click.option("--metrics-port", type=int, default=None, help="Serve /metrics, /healthz, /readyz.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True)
 @click.option("--no-listen", is_flag=True, help="Do not LISTEN; rely on polling only.")
+@click.option(
+    "--listen-dsn",
+    default=None,
+    help="LISTEN over this direct connection (e.g. around PgBouncer); default: --dsn.",
+)
 @click.option("--burst", is_flag=True, help="Exit once nothing is claimable and nothing runs.")
 @click.option("--drain", is_flag=True, help="Exit once the queues have no pending job at all.")
 @click.option("--worker-id", default=None, help="Lease owner name (default host:pid:random).")
@@ -325,6 +343,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     no_listen: bool,
+    listen_dsn: str | None,
     burst: bool,
     drain: bool,
     worker_id: str | None,
@@ -336,6 +355,7 @@ def worker(
     abandoned at shutdown (they are retried), 1 error, 2 bad configuration.
     """
     app = load_app(app_ref)
+    app.prepare = app.prepare and settings.prepare
     if settings.dsn:
         app.dsn = settings.dsn
     if settings.schema != "leaseq" or app.schema == "leaseq":
@@ -353,6 +373,7 @@ def worker(
         op_timeout=op_timeout,
         retention=None if retention == "never" else validate.parse_duration(retention),
         listen=not no_listen,
+        listen_dsn=listen_dsn,
         priority_aging=priority_aging,
         metrics_port=metrics_port,
         metrics_host=metrics_host,

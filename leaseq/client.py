@@ -81,7 +81,11 @@ class Client:
         payload_limit: int = validate.DEFAULT_PAYLOAD_LIMIT,
         application_name: str = "leaseq",
         redact: Redactor | None = default_redact,
+        prepare: bool = True,
     ) -> None:
+        """``prepare=False`` turns server-side prepared statements off: needed behind
+        PgBouncer in transaction pooling mode (before 1.21), where the next statement of a
+        session may reach a server connection that never saw the PREPARE."""
         self.schema = check_schema_name(schema)
         #: Scrubs secrets from error details before they are stored (None: store as is).
         self.redact = redact
@@ -93,6 +97,7 @@ class Client:
         self._dsn_arg = dsn
         self._dsn: str | None = None
         self._application_name = application_name
+        self._prepare = prepare
         self._pool: ConnectionPool[Connection[TupleRow]] | None = None
         self._lock = threading.Lock()
 
@@ -129,7 +134,12 @@ class Client:
                     self.dsn(),
                     min_size=1,
                     max_size=self._pool_size,
-                    kwargs={"autocommit": True, "application_name": self._application_name},
+                    kwargs={
+                        "autocommit": True,
+                        "application_name": self._application_name,
+                        # psycopg prepares a statement after 5 runs; None: never.
+                        "prepare_threshold": 5 if self._prepare else None,
+                    },
                     open=False,
                     name=f"leaseq-{self.schema}",
                 )

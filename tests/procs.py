@@ -23,6 +23,7 @@ class WorkerProcess:
         *args: str,
         log_dir: pathlib.Path,
         app: str = "tests.apps.basic:app",
+        global_args: tuple[str, ...] = (),
     ) -> None:
         env = dict(os.environ)
         env.update(LEASEQ_DSN=dsn, LEASEQ_SCHEMA=schema, PYTHONPATH=str(ROOT))
@@ -30,7 +31,7 @@ class WorkerProcess:
         self.log_path = log_dir / f"worker-{time.monotonic_ns()}.log"
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leaseq", "-v", "worker", app, *args],
+            [sys.executable, "-m", "leaseq", "-v", *global_args, "worker", app, *args],
             env=env,
             cwd=ROOT,
             stdout=self._log,

@@ -80,6 +80,7 @@ class WorkerConfig:
     - ``metrics_port``: serve /metrics, /healthz and /readyz on ``metrics_host`` (None: off).
     - ``retention``: succeeded/cancelled jobs older than this many seconds are pruned every
       ``prune_interval`` (None: keep them; dead jobs are never pruned).
+    - ``listen_dsn``: LISTEN over this direct connection instead (behind PgBouncer).
     - ``burst``: exit once nothing is claimable and nothing is running.
     - ``drain``: like burst, but also wait for scheduled retries of these queues.
     """
@@ -100,6 +101,7 @@ class WorkerConfig:
     retention: float | None = 7 * 86400.0
     prune_interval: float = 60.0
     listen: bool = True
+    listen_dsn: str | None = None
     burst: bool = False
     drain: bool = False
     worker_id: str = field(default_factory=default_worker_id)

@@ -22,21 +22,38 @@ LISTENER_APPLICATION_NAME = "leaseq-listener"
 
 
 class Listener:
-    def __init__(self, client: AsyncClient, queues: frozenset[str], wake: asyncio.Event) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        queues: frozenset[str],
+        wake: asyncio.Event,
+        *,
+        dsn: str | None = None,
+    ) -> None:
+        """``dsn``: LISTEN on a direct connection to PostgreSQL (e.g. bypassing a PgBouncer
+        in transaction pooling mode, which cannot keep a LISTEN); default: the client's."""
         self._client = client
+        self._dsn = dsn
         self._queues = queues
         self._wake = wake
         self.connected = False
         self.notifications = 0
         self._last_warning = -3600.0
 
+    async def _connect(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
+        if self._dsn is None:
+            return await self._client.connect(
+                autocommit=True, application_name=LISTENER_APPLICATION_NAME
+            )
+        return await psycopg.AsyncConnection.connect(
+            self._dsn, autocommit=True, application_name=LISTENER_APPLICATION_NAME
+        )
+
     async def run(self) -> None:
         delay = 0.1
         while True:
             try:
-                conn = await self._client.connect(
-                    autocommit=True, application_name=LISTENER_APPLICATION_NAME
-                )
+                conn = await self._connect()
                 try:
                     await conn.execute(
                         sql.SQL("LISTEN {}").format(sql.Identifier(self._client.channel))

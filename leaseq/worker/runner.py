@@ -139,6 +139,8 @@ class Worker:
             retry_policy=app.retry_policy,
             pool_size=4,
             application_name="leaseq-worker",
+            redact=app.redact,
+            prepare=app.prepare,
         )
         self.stats = WorkerStats()
         self.outage = Outage(heal=self.client.check_connections)
@@ -237,7 +239,12 @@ class Worker:
         if self.config.retention is not None:
             background.append(asyncio.create_task(self._prune_loop(), name="leaseq-pruner"))
         if self.config.listen:
-            listener = Listener(self.client, frozenset(self.config.queue_names), self._wake)
+            listener = Listener(
+                self.client,
+                frozenset(self.config.queue_names),
+                self._wake,
+                dsn=self.config.listen_dsn,
+            )
             background.append(asyncio.create_task(listener.run(), name="leaseq-listener"))
         log.info(
             "worker %s started: queues=%s concurrency=%d lease=%gs",
@@ -615,6 +622,7 @@ class Worker:
                     redact=self.app.redact,
                     pool_size=self.config.concurrency,
                     application_name="leaseq-handler",
+                    prepare=self.app.prepare,
                 )
             return self._sync
 
