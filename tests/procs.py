@@ -24,14 +24,16 @@ class WorkerProcess:
         log_dir: pathlib.Path,
         app: str = "tests.apps.basic:app",
         global_args: tuple[str, ...] = (),
+        wrapper: tuple[str, ...] = (),
     ) -> None:
+        """``wrapper`` prefixes the command (e.g. ``ip netns exec NS`` for another host)."""
         env = dict(os.environ)
         env.update(LEASEQ_DSN=dsn, LEASEQ_SCHEMA=schema, PYTHONPATH=str(ROOT))
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"worker-{time.monotonic_ns()}.log"
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leaseq", "-v", *global_args, "worker", app, *args],
+            [*wrapper, sys.executable, "-m", "leaseq", "-v", *global_args, "worker", app, *args],
             env=env,
             cwd=ROOT,
             stdout=self._log,

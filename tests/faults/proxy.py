@@ -98,7 +98,17 @@ class _Conn:
 class FaultProxy:
     """Forward 127.0.0.1:``port`` to ``(target_host, target_port)``, with injectable faults."""
 
-    def __init__(self, target_host: str, target_port: int, *, listen_port: int = 0) -> None:
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        *,
+        listen_port: int = 0,
+        listen_host: str = _LISTEN_HOST,
+    ) -> None:
+        """``listen_host`` other than loopback is only for the address of a test host the
+        test itself made (a veth end towards a network namespace of its own)."""
+        self._listen_host = listen_host
         self._target = (target_host, target_port)
         self._listen_port = listen_port
         self._api_lock = threading.Lock()  # serialises start/stop against each other
@@ -138,7 +148,7 @@ class FaultProxy:
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
                 listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                listener.bind((_LISTEN_HOST, self._listen_port))
+                listener.bind((self._listen_host, self._listen_port))
                 listener.listen(128)
                 listener.setblocking(False)
             except BaseException:
@@ -201,7 +211,7 @@ class FaultProxy:
         """``dsn`` (URI or key=value) pointed at this proxy instead of its own host/port."""
         params = conninfo_to_dict(dsn)
         params.pop("hostaddr", None)
-        params["host"] = _LISTEN_HOST
+        params["host"] = self._listen_host
         params["port"] = str(self.port)
         return make_conninfo("", **params)
 

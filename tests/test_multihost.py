@@ -1,0 +1,148 @@
+"""Several hosts: workers in network namespaces of their own (made here with `ip netns` and
+veth pairs; link-local addresses, nothing leaves this machine) share one PostgreSQL. One
+host is cut off mid-run: its leases expire, the other host takes its jobs over, and the
+cut-off worker's late writes are refused."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+import leaseq
+
+from .faults import FaultProxy
+from .helpers import rows
+from .procs import WorkerProcess, wait_for
+
+
+@dataclass
+class Host:
+    netns: str
+    link: str  # our end of its veth pair: down = the host is cut off
+    gateway: str  # our address as the host sees it
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+
+@pytest.fixture()
+def hosts() -> Iterator[list[Host]]:
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    tag = secrets.token_hex(2)
+    made: list[Host] = []
+    try:
+        for i in range(2):
+            netns, ours, theirs = f"lq{tag}h{i}", f"lq{tag}o{i}", f"lq{tag}t{i}"
+            gateway, address = f"169.254.{231 + i}.1", f"169.254.{231 + i}.2"
+            try:
+                _ip("netns", "add", netns)
+            except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+                pytest.skip(f"network namespaces not permitted here: {exc}")
+            made.append(Host(netns, ours, gateway))
+            _ip("link", "add", ours, "type", "veth", "peer", "name", theirs)
+            _ip("link", "set", theirs, "netns", netns)
+            _ip("addr", "add", f"{gateway}/30", "dev", ours)
+            _ip("link", "set", ours, "up")
+            _ip("netns", "exec", netns, "ip", "addr", "add", f"{address}/30", "dev", theirs)
+            _ip("netns", "exec", netns, "ip", "link", "set", theirs, "up")
+            _ip("netns", "exec", netns, "ip", "link", "set", "lo", "up")
+        yield made
+    finally:
+        for host in made:
+            subprocess.run(["ip", "link", "del", host.link], capture_output=True, timeout=10)
+            subprocess.run(["ip", "netns", "del", host.netns], capture_output=True, timeout=10)
+
+
+@pytest.mark.slow
+def test_cut_off_host_loses_its_leases_and_its_late_writes_are_refused(
+    hosts: list[Host], dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
+) -> None:
+    target = conninfo_to_dict(dsn)
+    proxies = [
+        FaultProxy(str(target["host"]), int(target["port"]), listen_host=h.gateway) for h in hosts
+    ]
+    for proxy in proxies:
+        proxy.start()
+    marker = tmp_path / "ticks"
+    slow = client.enqueue_many(
+        [{"task": "ticker_sync", "payload": {"marker": str(marker), "seconds": 30, "later": 0.1}}]
+        * 4
+    )
+    fast = client.enqueue_many([{"task": "sleepy"}] * 300)
+    args = (
+        "--lease-seconds",
+        "1.5",
+        "--sweep-interval",
+        "0.3",
+        "--poll-interval",
+        "0.05",
+        "--op-timeout",
+        "1",
+        "--concurrency",
+        "4",
+    )
+    a_dsn, b_dsn = (p.dsn(dsn) for p in proxies)
+    try:
+        with WorkerProcess(
+            a_dsn,
+            schema,
+            *args,
+            "--no-listen",
+            log_dir=tmp_path,
+            wrapper=("ip", "netns", "exec", hosts[0].netns),
+        ) as a:
+            # Host A takes the slow jobs first.
+            wait_for(
+                lambda: (
+                    rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE status = 'running'", schema)
+                    == [(4,)]
+                ),
+                30,
+                "host A to hold four leases",
+            )
+            _ip("link", "set", hosts[0].link, "down")  # host A is cut off, mid-work
+            with WorkerProcess(
+                b_dsn,
+                schema,
+                *args,
+                "--drain",
+                log_dir=tmp_path,
+                wrapper=("ip", "netns", "exec", hosts[1].netns),
+            ) as b:
+                assert b.wait(120) == 0, b.output()
+            _ip("link", "set", hosts[0].link, "up")  # A comes back and tries to report
+            wait_for(lambda: "lease lost" in a.output(), 20, "host A to notice its lost leases")
+            time.sleep(1.0)
+            a.signal(signal.SIGTERM)
+            a.wait(30)
+            a_out = a.output()
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+    states = rows(dsn, "SELECT status::text, count(*) FROM {s}.jobs GROUP BY 1", schema)
+    assert states == [("succeeded", len(slow) + len(fast))]
+    for job_id in slow:
+        job = client.get_job(job_id)
+        assert job is not None and job.lease_token >= 2, "B took A's jobs over under new tokens"
+        expired = [e for e in client.job_events(job_id) if e.event == "lease_expired"]
+        assert expired and expired[0].lease_token == 1
+    assert "Traceback" not in a_out
+    # The leases that expired were host A's: B's sweeper recovered exactly those.
+    owners = rows(
+        dsn,
+        "SELECT DISTINCT substring(detail from 'lease of (\\S+) expired') FROM "
+        "{s}.job_events WHERE event = 'lease_expired'",
+        schema,
+    )
+    assert len(owners) == 1 and f"worker {owners[0][0]} started" in a_out
