@@ -129,28 +129,25 @@ class App:
         self._client: Client | None = None
         self._async_client: AsyncClient | None = None
 
+    def client_options(self) -> dict[str, Any]:
+        """What every client of this app shares: schema, retry policy, redaction, prepare."""
+        return {
+            "schema": self.schema,
+            "retry_policy": self.retry_policy,
+            "redact": self.redact,
+            "prepare": self.prepare,
+        }
+
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(
-                self.dsn,
-                schema=self.schema,
-                retry_policy=self.retry_policy,
-                redact=self.redact,
-                prepare=self.prepare,
-            )
+            self._client = Client(self.dsn, **self.client_options())
         return self._client
 
     @property
     def async_client(self) -> AsyncClient:
         if self._async_client is None:
-            self._async_client = AsyncClient(
-                self.dsn,
-                schema=self.schema,
-                retry_policy=self.retry_policy,
-                redact=self.redact,
-                prepare=self.prepare,
-            )
+            self._async_client = AsyncClient(self.dsn, **self.client_options())
         return self._async_client
 
     @overload

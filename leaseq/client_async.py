@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 import psycopg
 from psycopg import AsyncConnection
@@ -30,6 +30,7 @@ from leaseq.models import (
     Heartbeat,
     Job,
     JobEvent,
+    JobFilter,
     JobSpec,
     Lease,
     QueueStats,
@@ -611,69 +612,30 @@ class AsyncClient:
 
     @staticmethod
     def _filter(
-        statuses: Sequence[str],
-        *,
-        job_id: int | None = None,
-        queue: str | None = None,
-        task: str | None = None,
-        error_code: str | None = None,
-        older_than: float | None = None,
-        newer_than: float | None = None,
+        statuses: Sequence[str], *, job_id: int | None = None, **filters: Unpack[JobFilter]
     ) -> dict[str, Any]:
         """Parameters of the operator filter shared by listing, replay and purge."""
+        unknown = set(filters) - set(JobFilter.__annotations__)
+        if unknown:
+            raise ConfigError(f"unknown job filter: {', '.join(sorted(unknown))}")
         return {
             "statuses": [str(JobStatus(s)) for s in statuses],
             "id": job_id,
-            "queue": queue,
-            "task": task,
-            "error_code": error_code,
-            "older_than": older_than,
-            "newer_than": newer_than,
+            **{name: filters.get(name) for name in JobFilter.__annotations__},
         }
 
     async def list_jobs(
-        self,
-        status: str = "dead",
-        *,
-        queue: str | None = None,
-        task: str | None = None,
-        error_code: str | None = None,
-        older_than: float | None = None,
-        newer_than: float | None = None,
-        limit: int = 100,
+        self, status: str = "dead", *, limit: int = 100, **filters: Unpack[JobFilter]
     ) -> list[Job]:
         """Jobs in one state, newest first, filtered by queue, task, error code, and age
         (seconds since they finished: ``older_than`` / ``newer_than``)."""
-        params = self._filter(
-            [status],
-            queue=queue,
-            task=task,
-            error_code=error_code,
-            older_than=older_than,
-            newer_than=newer_than,
-        )
+        params = self._filter([status], **filters)
         params["limit"] = validate.check_int("limit", limit, 1, 100_000)
         return [job_from_row(row) for row in await self._rows("list_jobs", params)]
 
-    async def count_jobs(
-        self,
-        status: str = "dead",
-        *,
-        queue: str | None = None,
-        task: str | None = None,
-        error_code: str | None = None,
-        older_than: float | None = None,
-        newer_than: float | None = None,
-    ) -> int:
+    async def count_jobs(self, status: str = "dead", **filters: Unpack[JobFilter]) -> int:
         """How many jobs ``list_jobs`` (without a limit) would find: a dry run's count."""
-        params = self._filter(
-            [status],
-            queue=queue,
-            task=task,
-            error_code=error_code,
-            older_than=older_than,
-            newer_than=newer_than,
-        )
+        params = self._filter([status], **filters)
         return int((await self._rows("count_jobs", params))[0][0])
 
     async def job_effects(self, job_id: int) -> list[EffectRecord]:
@@ -826,26 +788,16 @@ class AsyncClient:
         *,
         reason: str,
         actor: str | None = None,
-        queue: str | None = None,
-        task: str | None = None,
-        error_code: str | None = None,
-        older_than: float | None = None,
-        newer_than: float | None = None,
         allow_cancelled: bool = False,
         batch_size: int = 500,
         on_progress: Callable[[int], None] | None = None,
+        **filters: Unpack[JobFilter],
     ) -> int:
-        """Replay every dead job matching the filter, in batches (each its own short
-        transaction); ``on_progress(n)`` after each batch. Returns how many were replayed."""
+        """Replay every dead job matching the filter (queue, task, error_code, older_than,
+        newer_than), in batches, each its own short transaction; ``on_progress(n)`` after
+        each batch. Returns how many were replayed."""
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
-        params = self._filter(
-            statuses,
-            queue=queue,
-            task=task,
-            error_code=error_code,
-            older_than=older_than,
-            newer_than=newer_than,
-        )
+        params = self._filter(statuses, **filters)
         batch = validate.check_int("batch_size", batch_size, 1, 10_000)
         total = 0
         while done := await self._replay_batch(params, reason, actor, batch):
@@ -873,21 +825,16 @@ class AsyncClient:
         *,
         reason: str,
         actor: str | None = None,
-        older_than: float | None = None,
-        queue: str | None = None,
-        task: str | None = None,
-        error_code: str | None = None,
         batch_size: int = 500,
         on_progress: Callable[[int], None] | None = None,
+        **filters: Unpack[JobFilter],
     ) -> int:
         """Delete dead jobs matching the filter; each leaves a final ``purged`` event with
         ``actor`` and ``reason``. Returns how many were deleted."""
         if not isinstance(reason, str) or not reason.strip():
             raise ConfigError("purging dead jobs needs a reason")
         params = {
-            **self._filter(
-                ["dead"], queue=queue, task=task, error_code=error_code, older_than=older_than
-            ),
+            **self._filter(["dead"], **filters),
             "limit": validate.check_int("batch_size", batch_size, 1, 10_000),
             "actor": actor,
             "reason": validate.bound_detail(reason),

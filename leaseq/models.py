@@ -6,7 +6,7 @@ import datetime as dt
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from leaseq.retry import ErrorClass, RetryPolicy
 from leaseq.states import JobStatus
@@ -180,6 +180,17 @@ class QueueStats:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+class JobFilter(TypedDict, total=False):
+    """The operator filter of listing, counting, bulk replay and purge; None matches all.
+    Ages are seconds since the job finished."""
+
+    queue: str | None
+    task: str | None
+    error_code: str | None
+    older_than: float | None
+    newer_than: float | None
 
 
 @dataclass(frozen=True)

@@ -134,13 +134,7 @@ class Worker:
         self.app = app
         self.config = config or WorkerConfig()
         self.client = client or AsyncClient(
-            app.dsn,
-            schema=app.schema,
-            retry_policy=app.retry_policy,
-            pool_size=4,
-            application_name="leaseq-worker",
-            redact=app.redact,
-            prepare=app.prepare,
+            app.dsn, **app.client_options(), pool_size=4, application_name="leaseq-worker"
         )
         self.stats = WorkerStats()
         self.outage = Outage(heal=self.client.check_connections)
@@ -617,12 +611,9 @@ class Worker:
             if self._sync is None:
                 self._sync = Client(
                     self.app.dsn,
-                    schema=self.app.schema,
-                    retry_policy=self.app.retry_policy,
-                    redact=self.app.redact,
+                    **self.app.client_options(),
                     pool_size=self.config.concurrency,
                     application_name="leaseq-handler",
-                    prepare=self.app.prepare,
                 )
             return self._sync
 
