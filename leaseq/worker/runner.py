@@ -136,6 +136,15 @@ class Worker:
         self.client = client or AsyncClient(
             app.dsn, **app.client_options(), pool_size=4, application_name="leaseq-worker"
         )
+        # Handlers' own database work (fenced transactions, effect records) gets a pool of
+        # its own, as large as the slots: it must never queue behind claims and renewals.
+        # Connects on first use only.
+        self._handler_client = AsyncClient(
+            app.dsn,
+            **app.client_options(),
+            pool_size=self.config.concurrency,
+            application_name="leaseq-handler",
+        )
         self.stats = WorkerStats()
         self.outage = Outage(heal=self.client.check_connections)
         self.metrics = WorkerMetrics()
@@ -261,6 +270,7 @@ class Worker:
                     loop.remove_signal_handler(sig)
             self._threads.shutdown(wait=False, cancel_futures=True)
             await self.client.close()
+            await self._handler_client.close()
             if self._sync is not None:
                 await asyncio.to_thread(self._sync.close)
             if observer is not None:
@@ -407,7 +417,7 @@ class Worker:
         if task is not None:
             services = JobServices(
                 sync_client=None if task.is_async else self._sync_client,
-                async_client=self.client if task.is_async else None,
+                async_client=self._handler_client if task.is_async else None,
                 reconcilers=task.reconcile,
             )
         running = _Running(lease, JobContext(lease, self.worker_id, services), task, deadline)
