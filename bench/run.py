@@ -23,6 +23,8 @@ import contextlib
 import dataclasses
 import datetime as dt
 import fnmatch
+import importlib.metadata
+import importlib.util
 import json
 import os
 import pathlib
@@ -66,6 +68,9 @@ WAKE_NOTIFY_POLL = 5.0  # --poll-interval of the NOTIFY wake-latency worker
 WAKE_WARMUP = 3  # jobs run (and not counted) before the timed ones
 WAKE_TIMEOUT = 15.0  # longest wait for one handler to start
 DEFAULT_BACKLOGS = (10_000, 100_000, 1_000_000)
+DEFAULT_PEER_JOBS = 2000  # procrastinate's N: it drains ~0.1-0.3k jobs/s on 2 cores
+PEER_TIMEOUT = 600.0  # longest a peer's setup or drain subprocess may take
+BENCH_EXTRA = "pip install -e '.[bench]'"
 
 # "processed 10000 job(s) in 0.60s (16554/s): 10000 succeeded, 0 failed, 0 lost lease(s)"
 WORKER_LINE = re.compile(
@@ -120,6 +125,7 @@ class Settings:
     expired: int = 100_000
     claims: int = 2000
     backlogs: tuple[int, ...] = DEFAULT_BACKLOGS
+    peer_jobs: int = DEFAULT_PEER_JOBS  # jobs per drain-procrastinate sample
     results_dir: pathlib.Path = DEFAULT_OUT.parent
     checkpoint: bool = False  # may this role run CHECKPOINT (see settle())
 
@@ -437,6 +443,233 @@ def drain_leaseq_2p(settings: Settings) -> dict[str, Sample]:
             )
         check_drained(settings, client.schema)
     return {"drain-leaseq-2p-wall": Sample(processed, wall)}
+
+
+# -- scenarios: peer queues ---------------------------------------------------------------
+#
+# Each peer runs in subprocesses of its own (`python -P -m bench.peers PEER setup|drain`,
+# see bench/peers/), in a schema of its own that the benchmark creates and drops. The
+# setup (the peer's tables, N enqueued jobs) is untimed; the drain subprocess reports the
+# time it measured itself (startup excluded), and the benchmark times its wall too. The
+# benchmark then checks the peer's own tables: every job must have been processed once.
+
+
+def pgqueuer_concurrency(settings: Settings) -> int:
+    """pgqueuer refuses a max_concurrent_tasks below twice the batch size."""
+    return max(settings.concurrency, 2 * settings.batch)
+
+
+def require_packages(*packages: str) -> None:
+    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    if missing:
+        raise ScenarioUnavailable(f"{', '.join(missing)} not installed ({BENCH_EXTRA})")
+
+
+def package_version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@contextlib.contextmanager
+def peer_schema(settings: Settings, scenario: str) -> Iterator[str]:
+    """An empty schema for a peer's tables; dropped (with everything in it) afterwards."""
+    schema = new_schema_name(scenario)
+    with connect(settings.dsn) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        yield schema
+    finally:
+        with connect(settings.dsn) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def run_peer(settings: Settings, peer: str, *args: str) -> tuple[float, str]:
+    """``python -P -m bench.peers PEER ARGS``: (wall seconds, its stdout)."""
+    env = dict(os.environ)
+    env["BENCH_PEER_DSN"] = settings.dsn  # by env, not argv: keeps a password out of `ps`
+    env["PYTHONPATH"] = worker_pythonpath(env.get("PYTHONPATH", ""))
+    command = [sys.executable, "-P", "-m", "bench.peers", peer, *args]
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            command,
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=PEER_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{peer} {args[0]} took more than {PEER_TIMEOUT:g} s") from None
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise BenchError(
+            f"{peer} {args[0]} exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}"
+        )
+    return wall, proc.stdout
+
+
+@dataclass(frozen=True)
+class PeerDrain:
+    wall: float  # seconds from the subprocess's start to its exit
+    own: float  # seconds the subprocess measured itself (startup excluded)
+    last_handler: float | None  # ... from the same start until the last handler returned
+
+
+def drain_peer(
+    settings: Settings, peer: str, schema: str, jobs: int, tables: Sequence[str], *options: str
+) -> PeerDrain:
+    """Fill the peer's queue (untimed), VACUUM (ANALYZE) its tables as before every drain,
+    then drain it with the peer's worker."""
+    run_peer(settings, peer, "setup", "--schema", schema, "--jobs", str(jobs))
+    with connect(settings.dsn) as conn:
+        conn.execute(
+            sql.SQL("VACUUM (ANALYZE) {}").format(
+                sql.SQL(", ").join(sql.Identifier(schema, t) for t in tables)
+            )
+        )
+    wall, out = run_peer(settings, peer, "drain", "--schema", schema, *options)
+    lines = out.strip().splitlines()
+    try:
+        report = json.loads(lines[-1])
+        processed, own = int(report["processed"]), float(report["seconds"])
+        last = report.get("last_handler")
+        last_handler = None if last is None else float(last)
+    except (IndexError, ValueError, KeyError, TypeError, AttributeError):
+        raise BenchError(f"{peer} drain printed no report: {out[-2000:]!r}") from None
+    if processed != jobs:
+        raise BenchError(f"{peer}'s handler ran {processed} times for {jobs} jobs")
+    return PeerDrain(wall, own, last_handler)
+
+
+def _drain_pgqueuer(settings: Settings, driver: str) -> PeerDrain:
+    require_packages("pgqueuer", driver)
+    with peer_schema(settings, "drain-pgqueuer") as schema:
+        options = (
+            "--driver",
+            driver,
+            "--batch",
+            str(settings.batch),
+            "--concurrency",
+            str(pgqueuer_concurrency(settings)),
+        )
+        tables = ("pgqueuer", "pgqueuer_log")
+        result = drain_peer(settings, "pgqueuer", schema, settings.jobs, tables, *options)
+        # A finished job is deleted from the queue table and logged as 'successful'.
+        query = sql.SQL(
+            "SELECT (SELECT count(*) FROM {queue}), "
+            "(SELECT count(DISTINCT job_id) FROM {log} WHERE status = 'successful'), "
+            "(SELECT count(*) FROM {log} WHERE status NOT IN ('queued', 'picked', 'successful'))"
+        ).format(queue=sql.Identifier(schema, "pgqueuer"), log=sql.Identifier(schema, tables[1]))
+        with connect(settings.dsn) as conn:
+            row = conn.execute(query).fetchone()
+    left, succeeded, other = row if row is not None else (-1, -1, -1)
+    if left != 0 or succeeded != settings.jobs or other != 0:
+        raise BenchError(
+            f"pgqueuer drain left work undone: {succeeded} of {settings.jobs} jobs logged "
+            f"successful, {left} still queued, {other} other log rows"
+        )
+    return result
+
+
+def drain_pgqueuer(settings: Settings) -> dict[str, Sample]:
+    """pgqueuer's own worker (``pgqueuer.run``, as ``pgq run``) with its asyncpg driver,
+    the one pgqueuer recommends for throughput."""
+    result = _drain_pgqueuer(settings, "asyncpg")
+    return {
+        "drain-pgqueuer-own": Sample(settings.jobs, result.own),
+        "drain-pgqueuer-wall": Sample(settings.jobs, result.wall),
+    }
+
+
+def drain_pgqueuer_psycopg(settings: Settings) -> dict[str, Sample]:
+    """pgqueuer's own worker with its psycopg 3 driver (the driver family leaseq uses).
+    That driver LISTENs on its one connection and waits on it with a 1 s timeout, so once
+    the queue is empty and no NOTIFY comes, each of the worker's last statements waits up
+    to 1 s for the connection: a tail of ~4 s. The third figure leaves it out."""
+    result = _drain_pgqueuer(settings, "psycopg")
+    if result.last_handler is None:
+        raise BenchError("pgqueuer drain did not report when its last handler returned")
+    return {
+        "drain-pgqueuer-psycopg-own": Sample(settings.jobs, result.own),
+        "drain-pgqueuer-psycopg-wall": Sample(settings.jobs, result.wall),
+        "drain-pgqueuer-psycopg-handlers": Sample(settings.jobs, result.last_handler),
+    }
+
+
+def drain_procrastinate(settings: Settings) -> dict[str, Sample]:
+    """procrastinate's own worker (``run_worker_async(wait=False)``) on --peer-jobs jobs."""
+    require_packages("procrastinate")
+    jobs = settings.peer_jobs
+    with peer_schema(settings, "drain-procrastinate") as schema:
+        tables = ("procrastinate_jobs", "procrastinate_events")
+        options = ("--batch", str(settings.batch), "--concurrency", str(settings.concurrency))
+        result = drain_peer(settings, "procrastinate", schema, jobs, tables, *options)
+        with connect(settings.dsn) as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT status::text, count(*) FROM {} GROUP BY 1").format(
+                    sql.Identifier(schema, tables[0])
+                )
+            ).fetchall()
+    counts = {str(status): int(n) for status, n in rows}
+    if counts.get("succeeded", 0) != jobs or sum(counts.values()) != jobs:
+        raise BenchError(f"procrastinate drain left work undone: {counts} of {jobs} jobs")
+    return {
+        "drain-procrastinate-own": Sample(jobs, result.own),
+        "drain-procrastinate-wall": Sample(jobs, result.wall),
+    }
+
+
+def peer_summary(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The versions and settings of the peers, for the header and the JSON file."""
+    return {
+        "pgqueuer": {
+            "version": package_version("pgqueuer"),
+            "asyncpg": package_version("asyncpg"),
+            "psycopg": package_version("psycopg"),
+            "uvloop": package_version("uvloop"),
+            "batch_size": settings.batch,
+            "max_concurrent_tasks": pgqueuer_concurrency(settings),
+            "jobs": settings.jobs,
+            "durability": "durable",
+        },
+        "procrastinate": {
+            "version": package_version("procrastinate"),
+            "concurrency": settings.concurrency,
+            "jobs": settings.peer_jobs,
+        },
+    }
+
+
+def peer_header(series: dict[str, Series], settings: Settings) -> list[str]:
+    peers = peer_summary(settings)
+    lines = []
+    if ran(series, "drain-pgqueuer") or ran(series, "drain-pgqueuer-psycopg"):
+        p = peers["pgqueuer"]
+        drivers = ", ".join(
+            f"{name} {p[name]}"
+            for name, scenario in (
+                ("asyncpg", "drain-pgqueuer"),
+                ("psycopg", "drain-pgqueuer-psycopg"),
+            )
+            if ran(series, scenario)
+        )
+        loop = f"uvloop {p['uvloop']}" if p["uvloop"] else "asyncio loop"
+        lines.append(
+            f"pgqueuer {p['version']}: QueueManager on 1 connection ({drivers}), "
+            f"batch_size={p['batch_size']} max_concurrent_tasks={p['max_concurrent_tasks']}, "
+            f"{loop}, durability=durable, N={p['jobs']:,}"
+        )
+    if ran(series, "drain-procrastinate"):
+        p = peers["procrastinate"]
+        lines.append(
+            f"procrastinate {p['version']}: run_worker_async(concurrency={p['concurrency']}, "
+            f"wait=False), one job per fetch, N={p['jobs']:,} (--peer-jobs: it is slow)"
+        )
+    return lines
 
 
 def enqueue_single_raw(settings: Settings) -> dict[str, Sample]:
@@ -884,6 +1117,54 @@ def build_scenarios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Scenari
             drain_leaseq,
         ),
         Scenario(
+            "drain-pgqueuer",
+            "pgqueuer's own worker (asyncpg driver) draining the same N no-op jobs",
+            (
+                _m("drain-pgqueuer-wall", "drain-pgqueuer", "asyncpg driver, wall"),
+                _m(
+                    "drain-pgqueuer-own",
+                    "drain-pgqueuer",
+                    "asyncpg driver, its own figure (startup excluded)",
+                ),
+            ),
+            drain_pgqueuer,
+        ),
+        Scenario(
+            "drain-pgqueuer-psycopg",
+            "pgqueuer's own worker (psycopg 3 driver) draining the same N no-op jobs",
+            (
+                _m("drain-pgqueuer-psycopg-wall", "drain-pgqueuer-psycopg", "psycopg driver, wall"),
+                _m(
+                    "drain-pgqueuer-psycopg-own",
+                    "drain-pgqueuer-psycopg",
+                    "psycopg driver, its own figure (startup excluded)",
+                ),
+                _m(
+                    "drain-pgqueuer-psycopg-handlers",
+                    "drain-pgqueuer-psycopg",
+                    "psycopg driver, start to last handler (tail excluded)",
+                ),
+            ),
+            drain_pgqueuer_psycopg,
+        ),
+        Scenario(
+            "drain-procrastinate",
+            "procrastinate's own worker draining --peer-jobs no-op jobs (fewer: it is slow)",
+            (
+                _m(
+                    "drain-procrastinate-wall",
+                    "drain-procrastinate",
+                    "worker, wall (N=--peer-jobs)",
+                ),
+                _m(
+                    "drain-procrastinate-own",
+                    "drain-procrastinate",
+                    "worker, its own figure (N=--peer-jobs)",
+                ),
+            ),
+            drain_procrastinate,
+        ),
+        Scenario(
             "drain-leaseq-2p",
             "`leaseq worker --burst --processes 2` draining the same N no-op jobs",
             (
@@ -1002,7 +1283,11 @@ def build_ratios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Ratio, ...
             Ratio(f"claim_jobs alone p50, backlog {pair}", f"cvb-{b}-claim", f"cvb-{s}-claim"),
         ]
     return (
-        Ratio("leaseq drain / raw drain (worker's own figure)", "drain-leaseq-own", "drain-raw"),
+        Ratio(
+            "leaseq drain / raw drain (worker's own figure; target >= 0.65)",
+            "drain-leaseq-own",
+            "drain-raw",
+        ),
         Ratio(
             "leaseq drain / raw drain (wall, startup included)", "drain-leaseq-wall", "drain-raw"
         ),
@@ -1010,6 +1295,21 @@ def build_ratios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Ratio, ...
             "leaseq drain, 2 processes / 1 process (wall)",
             "drain-leaseq-2p-wall",
             "drain-leaseq-wall",
+        ),
+        Ratio(
+            "leaseq drain / pgqueuer drain, asyncpg (own figures; target >= 2)",
+            "drain-leaseq-own",
+            "drain-pgqueuer-own",
+        ),
+        Ratio(
+            "leaseq drain / pgqueuer drain, psycopg (own figures)",
+            "drain-leaseq-own",
+            "drain-pgqueuer-psycopg-own",
+        ),
+        Ratio(
+            "leaseq drain / procrastinate drain (own figures; N differs)",
+            "drain-leaseq-own",
+            "drain-procrastinate-own",
         ),
         Ratio("leaseq single enqueue / raw insert", "enqueue-single", "enqueue-single-raw"),
         Ratio(
@@ -1136,6 +1436,7 @@ def render(
         f"claims={settings.claims:,} backlogs={','.join(map(size_label, settings.backlogs))} "
         f"expired={settings.expired:,} wake-jobs={settings.wake_jobs} "
         f"checkpoint-after-fill={'yes' if settings.checkpoint else 'no (not allowed)'}",
+        *peer_header(series, settings),
         "",
         _table(headers, rows, right={2, 3, 4}),
     ]
@@ -1241,8 +1542,10 @@ def results_json(
             "backlogs": list(settings.backlogs),
             "expired": settings.expired,
             "wake_jobs": settings.wake_jobs,
+            "peer_jobs": settings.peer_jobs,
             "checkpoint_after_fill": settings.checkpoint,
         },
+        "peers": peer_summary(settings),
         "metrics": metrics,
         "ratios": ratio_list,
         "claim_explain": None if explain is None else str(explain),
@@ -1314,6 +1617,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--wake-jobs", type=int, default=200, help="wake-latency: timed jobs per variant"
     )
     p.add_argument(
+        "--peer-jobs",
+        type=int,
+        default=DEFAULT_PEER_JOBS,
+        help=f"drain-procrastinate: jobs per drain (default {DEFAULT_PEER_JOBS}; "
+        "procrastinate drains a few hundred jobs/s, so --jobs would take minutes)",
+    )
+    p.add_argument(
         "--only",
         action="append",
         default=[],
@@ -1329,7 +1639,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     args = p.parse_args(argv)
-    for name in ("jobs", "batch", "single", "repeat", "prune_old", "claims", "expired"):
+    for name in (
+        "jobs",
+        "batch",
+        "single",
+        "repeat",
+        "prune_old",
+        "claims",
+        "expired",
+        "peer_jobs",
+    ):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.wake_jobs < 2:
@@ -1377,6 +1696,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         expired=args.expired,
         claims=args.claims,
         backlogs=args.backlogs,
+        peer_jobs=args.peer_jobs,
         results_dir=out.parent,
     )
     settings = dataclasses.replace(settings, checkpoint=may_checkpoint(settings.dsn))
