@@ -1408,6 +1408,7 @@ def render(
     settings: Settings,
     info: dict[str, Any],
     ratios: Sequence[Ratio] = RATIOS,
+    skipped: dict[str, str] | None = None,
 ) -> str:
     rows: list[list[str]] = []
     for s in series.values():
@@ -1450,6 +1451,8 @@ def render(
             )
     if ratio_rows:
         out += ["", _table(["ratio (per round)", "median", "min-max"], ratio_rows, right={1, 2})]
+    if skipped:
+        out += ["", *(f"skipped {name}: {why}" for name, why in skipped.items())]
     if ran(series, "claim-vs-backlog"):
         explain = explain_path(settings)
         out += [
@@ -1487,6 +1490,7 @@ def results_json(
     settings: Settings,
     info: dict[str, Any],
     ratios: Sequence[Ratio] = RATIOS,
+    skipped: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     metrics = []
     for s in series.values():
@@ -1548,6 +1552,7 @@ def results_json(
         "peers": peer_summary(settings),
         "metrics": metrics,
         "ratios": ratio_list,
+        "skipped": dict(skipped or {}),
         "claim_explain": None if explain is None else str(explain),
     }
 
@@ -1702,7 +1707,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = dataclasses.replace(settings, checkpoint=may_checkpoint(settings.dsn))
     info = server_info(settings.dsn)
     series = {m.key: Series(m) for s in scenarios for m in s.metrics}
-    unavailable: set[str] = set()
+    unavailable: dict[str, str] = {}
     try:
         for round_no in range(1, settings.repeat + 1):
             for scenario in scenarios:
@@ -1711,7 +1716,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 try:
                     samples = scenario.fn(settings)
                 except ScenarioUnavailable as exc:
-                    unavailable.add(scenario.name)
+                    unavailable[scenario.name] = str(exc)
                     print(f"{scenario.name}: skipped: {exc}", file=sys.stderr, flush=True)
                     continue
                 parts = []
@@ -1729,9 +1734,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BenchError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1
-    print(render(series, settings, info, ratios))
+    print(render(series, settings, info, ratios, unavailable))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results_json(series, settings, info, ratios), indent=2) + "\n")
+    results = results_json(series, settings, info, ratios, unavailable)
+    out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {out}")
     return 0
 

@@ -440,9 +440,17 @@ WITH next AS (
     LIMIT 1
   ) AS id
   FROM unnest(%(keys)s::text[]) AS k(key)
-  WHERE NOT EXISTS (
-    SELECT 1 FROM {schema}.jobs AS b WHERE b.ordering_key = k.key AND {_key_blocking}
-  )
+  -- A LATERAL probe per key, not NOT EXISTS: the planner flattens that into an anti-join
+  -- and hashes the whole table to answer it for ten keys.
+  CROSS JOIN LATERAL (
+    SELECT count(*) AS n
+    FROM (
+      SELECT 1 FROM {schema}.jobs AS b
+      WHERE b.ordering_key = k.key AND {_key_blocking}
+      LIMIT 1
+    ) AS one
+  ) AS holding
+  WHERE holding.n = 0
 ), promoted AS (
   UPDATE {schema}.jobs AS j
   SET blocked = false

@@ -1,0 +1,86 @@
+"""Claim cost with ordering keys against without, at the same backlog, in one run.
+
+    .venv/bin/python -m bench.keys [--dsn DSN] [--pending 100000] [--keys 10000] [--claims 2000]
+
+Two schemas with the same number of pending jobs: one keyless, one spread over K ordering
+keys (so only K heads are claimable and the rest wait, blocked). Each times ``--claims``
+rounds of one claim (LIMIT 10) plus its completion (which, with keys, also unblocks the next
+job of each key in the same transaction), through the client. Prints per-round medians and
+the ratio keyed / keyless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import uuid
+
+import psycopg
+from psycopg import sql
+
+import leaseq
+
+
+def _fill(client: leaseq.Client, pending: int, keys: int | None) -> None:
+    chunk = 10_000
+    for start in range(0, pending, chunk):
+        client.enqueue_many(
+            [
+                {"task": "t", "ordering_key": None if keys is None else f"k{i % keys}"}
+                for i in range(start, min(start + chunk, pending))
+            ]
+        )
+
+
+def _time_claims(client: leaseq.Client, claims: int) -> list[float]:
+    took = []
+    for _ in range(claims):
+        started = time.perf_counter()
+        leases = client.claim(worker="bench", limit=10)
+        client.complete_many(leases)
+        took.append(time.perf_counter() - started)
+    return took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=os.environ.get("LEASEQ_DSN"))
+    parser.add_argument("--pending", type=int, default=100_000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--claims", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    dsn = args.dsn or __import__("leaseq.embedded").embedded.embedded_dsn()
+    results: dict[str, list[float]] = {"keyless": [], "keyed": []}
+    for _ in range(args.repeat):
+        for mode in results:
+            schema = f"bench_keys_{uuid.uuid4().hex[:8]}"
+            client = leaseq.Client(dsn, schema=schema)
+            try:
+                client.migrate()
+                _fill(client, args.pending, args.keys if mode == "keyed" else None)
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(sql.Identifier(schema)))
+                took = _time_claims(client, args.claims)
+                results[mode].append(statistics.mean(took))
+            finally:
+                client.close()
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    med = {mode: statistics.median(v) for mode, v in results.items()}
+    print(
+        f"{args.pending:,} pending; keyed: over {args.keys:,} ordering keys; "
+        f"{args.claims:,} claims of 10 + completions per sample"
+    )
+    for mode, values in results.items():
+        print(
+            f"{mode:8} {med[mode] * 1000:6.2f} ms per claim+complete "
+            f"(min {min(values) * 1000:.2f}, max {max(values) * 1000:.2f})"
+        )
+    print(f"keyed / keyless: {med['keyed'] / med['keyless']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
