@@ -818,7 +818,15 @@ class Client:
             "reason": validate.bound_detail(reason),
             "channel": self.channel,
         }
-        return len(self._rows("replay_jobs", params))
+        with self._transaction() as conn:
+            candidates = self._rows("replay_candidates", params, conn)
+            if not candidates:
+                return 0
+            keys = self._lock_keys(conn, [key for _, key in candidates])
+            params["ids"] = [job_id for job_id, _ in candidates]
+            replayed = len(self._rows("replay_jobs", params, conn))
+            self._promote_keys(conn, keys)
+            return replayed
 
     def purge_dead(
         self,

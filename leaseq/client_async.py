@@ -818,7 +818,15 @@ class AsyncClient:
             "reason": validate.bound_detail(reason),
             "channel": self.channel,
         }
-        return len(await self._rows("replay_jobs", params))
+        async with self._transaction() as conn:
+            candidates = await self._rows("replay_candidates", params, conn)
+            if not candidates:
+                return 0
+            keys = await self._lock_keys(conn, [key for _, key in candidates])
+            params["ids"] = [job_id for job_id, _ in candidates]
+            replayed = len(await self._rows("replay_jobs", params, conn))
+            await self._promote_keys(conn, keys)
+            return replayed
 
     async def purge_dead(
         self,

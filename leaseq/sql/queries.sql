@@ -339,10 +339,13 @@ RETURNING job_id, to_status::text;
 -- Dead (or, when allowed, cancelled) jobs back to pending under the same ids with a fresh
 -- attempt budget, in bounded batches; the previous attempt count stays in the event row.
 -- Serves both `replay ID` (filter by id) and bulk replay (filter by queue, task, code, age).
+-- Keyed jobs come back blocked; the caller (holding the keys' locks) then runs
+-- promote_keys, so a replayed job heads its key again only if it is the earliest pending
+-- one and nothing is running.
 WITH prev AS (
-  SELECT id, status, attempt_count
+  SELECT id, status, attempt_count, ordering_key
   FROM {schema}.jobs
-  WHERE {_job_filter}
+  WHERE {_job_filter} AND id = ANY(%(ids)s::bigint[])
   ORDER BY id
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
@@ -353,7 +356,10 @@ WITH prev AS (
       unknown_failures = 0,
       available_at = now(),
       finished_at = NULL,
-      cancel_requested_at = NULL
+      cancel_requested_at = NULL,
+      key_skipped = false,
+      -- promote_keys, run next in the same transaction, decides who heads the key.
+      blocked = j.ordering_key IS NOT NULL
   FROM prev
   WHERE j.id = prev.id
   RETURNING j.id, prev.status AS from_status, prev.attempt_count, j.lease_token,
@@ -368,6 +374,14 @@ WITH prev AS (
 )
 SELECT ev.job_id, pg_notify(%(channel)s, upd.queue_name)::text
 FROM ev JOIN upd ON upd.id = ev.job_id;
+
+-- name: replay_candidates
+-- The next batch a replay would take, with their keys, so the keys can be locked first.
+SELECT id, ordering_key
+FROM {schema}.jobs
+WHERE {_job_filter}
+ORDER BY id
+LIMIT %(limit)s;
 
 -- name: count_jobs
 -- How many jobs an operator's filter matches (the dry run of a bulk replay or purge).
@@ -429,37 +443,52 @@ FROM unnest(%(keys)s::text[]) AS k
 ORDER BY k;
 
 -- name: promote_keys
--- After a head of these keys finished, unblock each key's next job, unless something of
--- the key still holds it up (a retry pending, a dead head under the "block" policy).
--- Run under lock_keys, in the transaction that finished the head.
-WITH next AS (
-  SELECT (
-    SELECT w.id FROM {schema}.jobs AS w
-    WHERE w.ordering_key = k.key AND w.status = 'pending' AND w.blocked
-    ORDER BY w.id
-    LIMIT 1
-  ) AS id
-  FROM unnest(%(keys)s::text[]) AS k(key)
-  -- A LATERAL probe per key, not NOT EXISTS: the planner flattens that into an anti-join
-  -- and hashes the whole table to answer it for ten keys.
-  CROSS JOIN LATERAL (
-    SELECT count(*) AS n
-    FROM (
-      SELECT 1 FROM {schema}.jobs AS b
-      WHERE b.ordering_key = k.key AND {_key_blocking}
-      LIMIT 1
-    ) AS one
-  ) AS holding
-  WHERE holding.n = 0
-), promoted AS (
+-- Re-decide the head of each of these keys after anything changed them (a head finished,
+-- a job was replayed or skipped): the head is the key's earliest pending job, unless one of
+-- its jobs is running or an earlier one is dead under the "block" policy; every other
+-- pending job of the key is blocked. Run under lock_keys, in the transaction that made the
+-- change. Each key costs a few index probes, however deep its backlog.
+WITH k AS (
+  SELECT DISTINCT key FROM unnest(%(keys)s::text[]) AS u(key)
+), first AS (
+  SELECT k.key,
+         (SELECT w.id FROM {schema}.jobs AS w
+           WHERE w.ordering_key = k.key AND w.status = 'pending'
+           ORDER BY w.id LIMIT 1) AS first_pending
+  FROM k
+), target AS (
+  SELECT f.key,
+         CASE WHEN EXISTS (
+                SELECT 1 FROM {schema}.jobs AS r
+                WHERE r.ordering_key = f.key AND r.status = 'running'
+              )
+              OR EXISTS (
+                SELECT 1 FROM {schema}.jobs AS d
+                WHERE d.ordering_key = f.key AND d.id < f.first_pending
+                  AND d.status = 'dead' AND d.key_policy = 'block' AND NOT d.key_skipped
+              )
+           THEN NULL
+           ELSE f.first_pending
+         END AS head
+  FROM first AS f
+), unblocked AS (
   UPDATE {schema}.jobs AS j
   SET blocked = false
-  FROM next
-  WHERE j.id = next.id
+  FROM target AS t
+  WHERE j.id = t.head AND j.blocked
   RETURNING j.id, j.queue_name, j.available_at
+), reblocked AS (
+  UPDATE {schema}.jobs AS j
+  SET blocked = true
+  FROM target AS t
+  WHERE j.ordering_key = t.key AND j.status = 'pending' AND NOT j.blocked
+    AND j.id IS DISTINCT FROM t.head
+  RETURNING j.id
 )
 SELECT id, CASE WHEN available_at <= now() THEN pg_notify(%(channel)s, queue_name)::text END
-FROM promoted;
+FROM unblocked
+UNION ALL
+SELECT id, NULL FROM reblocked;
 
 -- name: job_key
 SELECT ordering_key FROM {schema}.jobs WHERE id = %(id)s;
