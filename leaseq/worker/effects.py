@@ -291,22 +291,27 @@ class FencedTransaction:
         tb: TracebackType | None,
     ) -> None:
         assert self._sync_client is not None
-        lost = None
+        error = exc
         try:
-            if exc is None and not self._sync_client().complete(
-                self._ctx.lease, connection=self._conn
-            ):
-                lost = self._lost()
-            if lost is not None:
-                self._tx_cm.__exit__(type(lost), lost, None)  # rolls back
-            else:
-                self._tx_cm.__exit__(exc_type, exc, tb)  # commits, or rolls back on error
-                if exc is None:
-                    self._ctx.mark_completed()
+            if error is None:
+                try:
+                    if not self._sync_client().complete(self._ctx.lease, connection=self._conn):
+                        error = self._lost()
+                except BaseException as raised:  # the completion's own error, kept as is
+                    error = raised
+            # Rolls back when anything failed, commits otherwise.
+            self._tx_cm.__exit__(*_exc_info(error))
+            if error is None:
+                self._ctx.mark_completed()
+        except BaseException as raised:
+            error = error or raised
+            raise
         finally:
-            self._conn_cm.__exit__(exc_type, exc, tb)
-        if lost is not None:
-            raise lost
+            # Hand the connection back knowing about the failure: told "no error", psycopg
+            # would try to commit inside the transaction block and mask the real cause.
+            self._conn_cm.__exit__(*_exc_info(error))
+        if error is not None and error is not exc:
+            raise error
 
     async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
         if self._async_client is None:
@@ -325,19 +330,31 @@ class FencedTransaction:
         tb: TracebackType | None,
     ) -> None:
         assert self._async_client is not None
-        lost = None
+        error = exc
         try:
-            if exc is None and not await self._async_client.complete(
-                self._ctx.lease, connection=self._aconn
-            ):
-                lost = self._lost()
-            if lost is not None:
-                await self._tx_cm.__aexit__(type(lost), lost, None)
-            else:
-                await self._tx_cm.__aexit__(exc_type, exc, tb)
-                if exc is None:
-                    self._ctx.mark_completed()
+            if error is None:
+                try:
+                    if not await self._async_client.complete(
+                        self._ctx.lease, connection=self._aconn
+                    ):
+                        error = self._lost()
+                except BaseException as raised:  # incl. CancelledError at a lease deadline
+                    error = raised
+            await self._tx_cm.__aexit__(*_exc_info(error))
+            if error is None:
+                self._ctx.mark_completed()
+        except BaseException as raised:
+            error = error or raised
+            raise
         finally:
-            await self._conn_cm.__aexit__(exc_type, exc, tb)
-        if lost is not None:
-            raise lost
+            await self._conn_cm.__aexit__(*_exc_info(error))
+        if error is not None and error is not exc:
+            raise error
+
+
+def _exc_info(
+    error: BaseException | None,
+) -> tuple[type[BaseException] | None, BaseException | None, TracebackType | None]:
+    if error is None:
+        return None, None, None
+    return type(error), error, error.__traceback__
