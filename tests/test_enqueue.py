@@ -173,3 +173,46 @@ def test_payload_round_trips_unicode_and_nesting(client: leaseq.Client) -> None:
     (lease,) = client.claim(worker="w")
     assert lease.job_id == job_id and lease.payload == payload
     assert json.loads(json.dumps(lease.payload)) == payload
+
+
+def test_large_batches_go_through_copy_with_the_same_meaning(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    """From COPY_THRESHOLD jobs on, enqueue_many uses COPY: ids in input order, delays
+    from the database clock, one wake-up per ready queue, and the caller's rollback wins."""
+    from leaseq.client_async import COPY_THRESHOLD
+
+    n = COPY_THRESHOLD + 50
+    listener = _listener(dsn, schema)
+    try:
+        specs = [
+            leaseq.JobSpec(
+                "t",
+                {"i": i},
+                queue="later" if i % 2 else "now",
+                delay=3600 if i % 2 else None,
+                priority=i % 3,
+                max_attempts=4,
+            )
+            for i in range(n)
+        ]
+        ids = client.enqueue_many(specs)
+        assert ids == sorted(ids) and len(set(ids)) == n
+        assert _notifications(listener, 1.0) == ["now"], "only the ready queue is woken"
+        for i in (0, 1, n - 1):
+            job = client.get_job(ids[i])
+            assert job is not None and job.payload == {"i": i} and job.priority == i % 3
+        ((early, late),) = rows(
+            dsn,
+            "SELECT min(extract(epoch FROM available_at - now())), "
+            "max(extract(epoch FROM available_at - now())) FROM {s}.jobs WHERE queue_name = 'later'",
+            schema,
+        )
+        assert 3500 < float(early) <= float(late) <= 3600
+        with psycopg.connect(dsn) as conn:
+            client.enqueue_many([{"task": "t"}] * n, connection=conn)
+            conn.rollback()
+        ((count,),) = rows(dsn, "SELECT count(*) FROM {s}.jobs", schema)
+        assert count == n
+    finally:
+        listener.close()

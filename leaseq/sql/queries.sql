@@ -117,6 +117,24 @@ FROM ins
 ORDER BY id;
 
 
+-- name: reserve_job_ids
+-- Bulk enqueue by COPY: take the ids first (so they come back in input order) and the
+-- database's clock (so delays count from database time, as everywhere else).
+SELECT now(), array_agg(nextval(pg_get_serial_sequence('{schema}.jobs', 'id')) ORDER BY g)
+FROM generate_series(1, %(n)s) AS g;
+
+-- name: copy_jobs
+-- COPY writes the reserved ids into the identity column as given.
+COPY {schema}.jobs
+  (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
+   payload_version, idempotency_key)
+FROM STDIN;
+
+-- name: notify_queues
+-- The wake-up of a COPY batch: one per queue, delivered when the transaction commits.
+SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q;
+
+
 -- name: claim_jobs
 -- The seed's claim: lock candidates with SKIP LOCKED and flip them to running in the same
 -- statement, so no other worker can take a row between the choice and the update. The
