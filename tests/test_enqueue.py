@@ -205,7 +205,8 @@ def test_large_batches_go_through_copy_with_the_same_meaning(
         ((early, late),) = rows(
             dsn,
             "SELECT min(extract(epoch FROM available_at - now())), "
-            "max(extract(epoch FROM available_at - now())) FROM {s}.jobs WHERE queue_name = 'later'",
+            "max(extract(epoch FROM available_at - now())) "
+            "FROM {s}.jobs WHERE queue_name = 'later'",
             schema,
         )
         assert 3500 < float(early) <= float(late) <= 3600
