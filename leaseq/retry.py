@@ -19,7 +19,9 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from leaseq.errors import ConfigError, Permanent, Retry
+import psycopg
+
+from leaseq.errors import ConfigError, DatabaseUnavailable, Permanent, Retry
 
 
 class ErrorClass(enum.StrEnum):
@@ -86,10 +88,19 @@ def _rules(rules: ErrorRules | None) -> list[tuple[type[BaseException], ErrorCla
     return checked
 
 
+#: After the task's and the app's own rules: losing the database mid-handler (an outage, a
+#: restart, a terminated backend) is transient, not a bug in the handler.
+DEFAULT_RULES: tuple[tuple[type[BaseException], ErrorClass], ...] = (
+    (psycopg.OperationalError, ErrorClass.TRANSIENT),
+    (DatabaseUnavailable, ErrorClass.TRANSIENT),
+)
+
+
 @dataclass(frozen=True)
 class Classifier:
     """Maps an exception to (class, code): explicit ``Permanent``/``Retry`` first, then the
-    task's rules, then the app's, else ``unknown``. The code is the exception's own code,
+    task's rules, then the app's, then database connectivity errors as transient, else
+    ``unknown``. The code is the exception's own code,
     or its type name."""
 
     task_rules: tuple[tuple[type[BaseException], ErrorClass], ...] = ()
@@ -104,7 +115,7 @@ class Classifier:
             return ErrorClass.PERMANENT, exc.code
         if isinstance(exc, Retry):
             return ErrorClass.TRANSIENT, exc.code
-        for exc_type, error_class in (*self.task_rules, *self.app_rules):
+        for exc_type, error_class in (*self.task_rules, *self.app_rules, *DEFAULT_RULES):
             if isinstance(exc, exc_type):
                 return error_class, type(exc).__name__
         return ErrorClass.UNKNOWN, type(exc).__name__

@@ -113,6 +113,14 @@ def test_classification_order_explicit_then_task_then_app_then_unknown() -> None
     assert classifier.classify(Flaky()) == (ErrorClass.TRANSIENT, "Flaky")
     assert classifier.classify(ValueError()) == (ErrorClass.PERMANENT, "ValueError")
     assert classifier.classify(KeyError()) == (ErrorClass.UNKNOWN, "KeyError")
+    import psycopg
+
+    from leaseq.errors import DatabaseUnavailable
+
+    assert classifier.classify(psycopg.OperationalError("server closed the connection"))[0] == (
+        ErrorClass.TRANSIENT
+    )
+    assert classifier.classify(DatabaseUnavailable("down"))[0] == ErrorClass.TRANSIENT
 
 
 @pytest.mark.parametrize("rules", [{"not a type": "permanent"}, {ValueError: "sometimes"}])

@@ -1,0 +1,1 @@
+"""Randomized, seeded chaos runs: real worker processes, injected faults, invariant checks."""
