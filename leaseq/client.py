@@ -564,7 +564,14 @@ class Client:
         """Give unstarted jobs back without charging an attempt; returns the ids released."""
         if not leases:
             return set()
-        rows = self._rows("release_jobs", _fence_arrays(leases))
+        if not any(lease.ordering_key for lease in leases):
+            rows = self._rows("release_jobs", _fence_arrays(leases))
+            return {int(row[0]) for row in rows}
+        # A released head goes back in line by id: an earlier job replayed meanwhile goes first.
+        with self._transaction() as conn:
+            keys = self._lock_keys(conn, [lease.ordering_key for lease in leases])
+            rows = self._rows("release_jobs", _fence_arrays(leases), conn)
+            self._promote_keys(conn, keys)
         return {int(row[0]) for row in rows}
 
     def release(self, lease: Lease) -> bool:

@@ -564,7 +564,14 @@ class AsyncClient:
         """Give unstarted jobs back without charging an attempt; returns the ids released."""
         if not leases:
             return set()
-        rows = await self._rows("release_jobs", _fence_arrays(leases))
+        if not any(lease.ordering_key for lease in leases):
+            rows = await self._rows("release_jobs", _fence_arrays(leases))
+            return {int(row[0]) for row in rows}
+        # A released head goes back in line by id: an earlier job replayed meanwhile goes first.
+        async with self._transaction() as conn:
+            keys = await self._lock_keys(conn, [lease.ordering_key for lease in leases])
+            rows = await self._rows("release_jobs", _fence_arrays(leases), conn)
+            await self._promote_keys(conn, keys)
         return {int(row[0]) for row in rows}
 
     async def release(self, lease: Lease) -> bool:

@@ -365,3 +365,20 @@ def test_bad_ordering_input_is_refused(client: leaseq.Client) -> None:
         client.enqueue("t", ordering_key="k", key_policy="sometimes")
     with pytest.raises(leaseq.ConfigError):
         leaseq.QueueSettings.parse("bulk=heavy")
+
+
+def test_a_job_replayed_behind_a_running_head_goes_first_once_the_head_is_released(
+    client: leaseq.Client,
+) -> None:
+    first = client.enqueue("t", ordering_key="k", max_attempts=1)
+    (lease,) = client.claim(worker="w")
+    assert client.fail(lease, "BROKEN", retryable=False)
+    assert client.skip_dead_head(first, reason="later", actor="ops")
+    second = client.enqueue("t", ordering_key="k")
+    (running,) = client.claim(worker="w")
+    assert running.job_id == second
+    assert client.replay(first, reason="fixed", actor="ops")
+    assert client.claim(worker="w", limit=10) == [], "it waits for the running job"
+    assert client.release(running)
+    (lease,) = client.claim(worker="w", limit=10)
+    assert lease.job_id == first, "back in line by id: the earlier job goes first"
