@@ -183,6 +183,24 @@ class Client:
         if keys:
             self._rows("promote_keys", {"keys": keys, "channel": self.channel}, conn)
 
+    def _change_jobs(
+        self,
+        name: str,
+        params: Mapping[str, Any],
+        keys: Iterable[str | None],
+        connection: Connection[Any] | None = None,
+    ) -> list[Row]:
+        """Run one statement that changes jobs. When ordering keys are involved, it runs
+        under their locks, and their heads are re-decided in the same transaction."""
+        keys = [k for k in keys if k]
+        if not keys:
+            return self._rows(name, params, connection)
+        with self._transaction(connection) as conn:
+            locked = self._lock_keys(conn, keys)
+            rows = self._rows(name, params, conn)
+            self._promote_keys(conn, locked)
+        return rows
+
     def pool_stats(self) -> dict[str, int]:
         """Connections of the pool: in_use, idle, and requests waiting for one."""
         if self._pool is None:
@@ -476,14 +494,8 @@ class Client:
         """Mark jobs succeeded, fenced; returns the ids that were still ours."""
         if not leases:
             return set()
-        if not any(lease.ordering_key for lease in leases):
-            rows = self._rows("complete_jobs", _fence_arrays(leases), connection)
-            return {int(row[0]) for row in rows}
-        # A head of an ordering key finishes: unblock the next job in the same transaction.
-        with self._transaction(connection) as conn:
-            keys = self._lock_keys(conn, [lease.ordering_key for lease in leases])
-            rows = self._rows("complete_jobs", _fence_arrays(leases), conn)
-            self._promote_keys(conn, keys)
+        keys = [lease.ordering_key for lease in leases]
+        rows = self._change_jobs("complete_jobs", _fence_arrays(leases), keys, connection)
         return {int(row[0]) for row in rows}
 
     def complete(
@@ -533,13 +545,8 @@ class Client:
             "classes": [str(f.effective_class) for f in failures],
             "details": [self._detail(f.detail) for f in failures],
         }
-        if not any(f.lease.ordering_key for f in failures):
-            rows = self._rows("fail_jobs", params)
-        else:
-            with self._transaction() as conn:
-                keys = self._lock_keys(conn, [f.lease.ordering_key for f in failures])
-                rows = self._rows("fail_jobs", params, conn)
-                self._promote_keys(conn, keys)
+        keys = [f.lease.ordering_key for f in failures]
+        rows = self._change_jobs("fail_jobs", params, keys)
         return {int(row[0]): JobStatus(row[1]) for row in rows}
 
     def fail(
@@ -564,14 +571,9 @@ class Client:
         """Give unstarted jobs back without charging an attempt; returns the ids released."""
         if not leases:
             return set()
-        if not any(lease.ordering_key for lease in leases):
-            rows = self._rows("release_jobs", _fence_arrays(leases))
-            return {int(row[0]) for row in rows}
         # A released head goes back in line by id: an earlier job replayed meanwhile goes first.
-        with self._transaction() as conn:
-            keys = self._lock_keys(conn, [lease.ordering_key for lease in leases])
-            rows = self._rows("release_jobs", _fence_arrays(leases), conn)
-            self._promote_keys(conn, keys)
+        keys = [lease.ordering_key for lease in leases]
+        rows = self._change_jobs("release_jobs", _fence_arrays(leases), keys)
         return {int(row[0]) for row in rows}
 
     def release(self, lease: Lease) -> bool:
@@ -765,13 +767,8 @@ class Client:
         """
         params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
         found = self._rows("job_key", {"id": job_id})
-        if not found or found[0][0] is None:
-            return bool(self._rows("cancel_job", params))
-        with self._transaction() as conn:
-            keys = self._lock_keys(conn, [found[0][0]])
-            cancelled = bool(self._rows("cancel_job", params, conn))
-            self._promote_keys(conn, keys)
-        return cancelled
+        keys = [found[0][0]] if found else []
+        return bool(self._change_jobs("cancel_job", params, keys))
 
     def blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:
         """Ordering keys held up by a dead head (policy ``block``), oldest first."""
@@ -788,12 +785,8 @@ class Client:
         found = self._rows("job_key", {"id": job_id})
         if not found or found[0][0] is None:
             return False
-        with self._transaction() as conn:
-            keys = self._lock_keys(conn, [found[0][0]])
-            params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
-            skipped = bool(self._rows("skip_dead_head", params, conn))
-            self._promote_keys(conn, keys)
-        return skipped
+        params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
+        return bool(self._change_jobs("skip_dead_head", params, [found[0][0]]))
 
     def age_priorities(self, *, interval: float, batch_size: int = 1000) -> int:
         """Priority aging: raise the priority of jobs claimable for a whole ``interval``
