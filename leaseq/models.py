@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -10,6 +11,20 @@ from typing import Any, TypedDict
 
 from leaseq.retry import ErrorClass, RetryPolicy
 from leaseq.states import JobStatus
+
+
+class Printable:
+    """``as_dict()`` for JSON output: datetimes as ISO 8601, enums as their values."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            k: v.isoformat()
+            if isinstance(v, dt.datetime)
+            else v.value
+            if isinstance(v, enum.Enum)
+            else v
+            for k, v in self.__dict__.items()
+        }
 
 
 @dataclass(frozen=True)
@@ -83,7 +98,7 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
-class Job:
+class Job(Printable):
     """A job row as stored (column names follow the table, with ``id`` as ``job_id``)."""
 
     job_id: int
@@ -110,15 +125,9 @@ class Job:
     unknown_failures: int = 0
     idempotency_key: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            k: (v.isoformat() if isinstance(v, dt.datetime) else str(v) if k == "status" else v)
-            for k, v in self.__dict__.items()
-        }
-
 
 @dataclass(frozen=True)
-class JobEvent:
+class JobEvent(Printable):
     """One row of the audit trail: a transition, who made it, under which token."""
 
     event_id: int
@@ -133,12 +142,6 @@ class JobEvent:
     error_code: str | None
     detail: str | None
     error_class: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            k: (v.isoformat() if isinstance(v, dt.datetime) else v)
-            for k, v in self.__dict__.items()
-        }
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ class SweepResult:
 
 
 @dataclass(frozen=True)
-class QueueStats:
+class QueueStats(Printable):
     """Per-queue health. Ages are seconds (0 when there is no such job); ``near_expiry``
     counts running jobs whose lease ends within 10 s; ``finished_recently`` counts jobs
     finished in the last minute (None unless asked for: it scans history)."""
@@ -177,9 +180,6 @@ class QueueStats:
     oldest_dead_age: float
     near_expiry: int
     finished_recently: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 class JobFilter(TypedDict, total=False):
@@ -211,7 +211,7 @@ class JobSpec:
 
 
 @dataclass(frozen=True)
-class BlockedKey:
+class BlockedKey(Printable):
     """An ordering key held up by its dead head (policy ``block``)."""
 
     key: str
@@ -222,15 +222,9 @@ class BlockedKey:
     dead_since: dt.datetime | None
     waiting: int
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            k: (v.isoformat() if isinstance(v, dt.datetime) else v)
-            for k, v in self.__dict__.items()
-        }
-
 
 @dataclass(frozen=True)
-class EffectRecord:
+class EffectRecord(Printable):
     """The durable record of one external effect a job declared (see ``JobContext.effect``).
 
     ``status``: ``started`` (in flight, or — seen by a later attempt — *uncertain*),
@@ -246,12 +240,6 @@ class EffectRecord:
     finished_at: dt.datetime | None
     result: Any
     error: str | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            k: (v.isoformat() if isinstance(v, dt.datetime) else v)
-            for k, v in self.__dict__.items()
-        }
 
 
 def effect_from_row(row: Sequence[Any]) -> EffectRecord:
