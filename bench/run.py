@@ -351,10 +351,11 @@ def claim_and_complete(
     claim_seconds = time.perf_counter() - started
     if not rows:
         return 0, claim_seconds
+    rows.sort(key=lambda row: row[0])  # the fence wants ascending ids (_owned_by_token)
     fence = {
         "ids": [row[0] for row in rows],
         "tokens": [row[1] for row in rows],
-        "owners": [row[2] for row in rows],
+        "owner": params["owner"],
     }
     return len(conn.execute(complete, fence).fetchall()), claim_seconds
 

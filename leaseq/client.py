@@ -66,6 +66,23 @@ def _fence_arrays(leases: Sequence[Lease]) -> dict[str, list[Any]]:
     }
 
 
+def _fence_groups(leases: Sequence[Lease]) -> list[dict[str, Any]]:
+    """Parameters of the ``_owned_by_token`` fence: one owner per group, ids ascending and
+    unique, as its binary search needs. A job that one owner holds twice in a batch (a stale
+    lease and the current one) goes into a second group, so neither hides the other."""
+    groups: dict[tuple[str, int], dict[int, int]] = {}
+    for lease in leases:
+        round_ = 0
+        while lease.job_id in groups.setdefault((lease.owner, round_), {}):
+            round_ += 1
+        groups[(lease.owner, round_)][lease.job_id] = lease.token
+    fences = []
+    for (owner, _), tokens in groups.items():
+        ids = sorted(tokens)
+        fences.append({"owner": owner, "ids": ids, "tokens": [tokens[i] for i in ids]})
+    return fences
+
+
 def _spec(job: JobSpec | Mapping[str, Any]) -> JobSpec:
     return job if isinstance(job, JobSpec) else JobSpec(**job)
 
@@ -186,18 +203,22 @@ class Client:
     def _change_jobs(
         self,
         name: str,
-        params: Mapping[str, Any],
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]],
         keys: Iterable[str | None],
         connection: Connection[Any] | None = None,
     ) -> list[Row]:
-        """Run one statement that changes jobs. When ordering keys are involved, it runs
-        under their locks, and their heads are re-decided in the same transaction."""
+        """Run a statement that changes jobs, once per parameter set given. When ordering
+        keys are involved, it runs under their locks, and their heads are re-decided in the
+        same transaction."""
+        batches = [params] if isinstance(params, Mapping) else list(params)
         keys = [k for k in keys if k]
-        if not keys:
-            return self._rows(name, params, connection)
+        if not keys and len(batches) == 1:
+            return self._rows(name, batches[0], connection)
+        rows: list[Row] = []
         with self._transaction(connection) as conn:
-            locked = self._lock_keys(conn, keys)
-            rows = self._rows(name, params, conn)
+            locked = self._lock_keys(conn, keys) if keys else []
+            for batch in batches:
+                rows += self._rows(name, batch, conn)
             self._promote_keys(conn, locked)
         return rows
 
@@ -473,9 +494,9 @@ class Client:
             "lease_seconds",
             lease_seconds if lease_seconds is not None else max(x.lease_seconds for x in leases),
         )
-        rows = self._rows(
-            "heartbeat_jobs", {**_fence_arrays(leases), "lease_seconds": seconds}
-        )
+        rows = []
+        for fence in _fence_groups(leases):
+            rows += self._rows("heartbeat_jobs", {**fence, "lease_seconds": seconds})
         kept = {(int(row[0]), int(row[1])) for row in rows}
         return Heartbeat(
             renewed={int(row[0]): row[2] for row in rows},
@@ -495,7 +516,7 @@ class Client:
         if not leases:
             return set()
         keys = [lease.ordering_key for lease in leases]
-        rows = self._change_jobs("complete_jobs", _fence_arrays(leases), keys, connection)
+        rows = self._change_jobs("complete_jobs", _fence_groups(leases), keys, connection)
         return {int(row[0]) for row in rows}
 
     def complete(

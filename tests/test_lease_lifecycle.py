@@ -161,6 +161,39 @@ def test_stale_token_is_refused_even_before_the_new_owner_finishes(
     assert job is not None and job.status is JobStatus.RUNNING and job.lease_token == new.token
 
 
+def test_batched_fence_checks_each_pair_in_a_mixed_batch(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    """One batch of heartbeats and completions holding several owners, ids out of order, and
+    the same job twice under one owner (its stale lease and its current one), in both
+    orders: every (job, owner, token) is judged on its own, none hides another."""
+    ids = client.enqueue_many([{"task": "t", "payload": i} for i in range(6)])
+    a1 = client.claim(worker="A", limit=2)
+    b1 = client.claim(worker="B", limit=2)
+    (twice,) = client.claim(worker="A")
+    expire_lease(dsn, schema, twice.job_id)
+    client.sweep()
+    make_available(dsn, schema)
+    (again,) = client.claim(worker="A")
+    assert again.job_id == twice.job_id and again.token == twice.token + 1
+    (untouched,) = client.claim(worker="C")
+
+    mixed = [b1[1], again, a1[1], twice, b1[0], a1[0]]
+    beat = client.heartbeat_many(mixed)
+    assert beat.lost == {(twice.job_id, twice.token)}
+    assert set(beat.renewed) == {x.job_id for x in (*a1, *b1, again)}
+
+    done = client.complete_many([twice, *reversed(mixed[:3]), *mixed[4:]])
+    assert done == {x.job_id for x in (*a1, *b1, again)}
+    for job_id in ids:
+        job = client.get_job(job_id)
+        assert job is not None
+        expected = JobStatus.RUNNING if job_id == untouched.job_id else JobStatus.SUCCEEDED
+        assert job.status is expected
+    job = client.get_job(again.job_id)
+    assert job is not None and job.lease_token == again.token
+
+
 def test_expired_but_unswept_lease_cannot_complete(
     client: leaseq.Client, dsn: str, schema: str
 ) -> None:
