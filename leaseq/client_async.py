@@ -39,7 +39,7 @@ from leaseq.models import (
     effect_from_row,
     event_from_row,
     job_from_row,
-    lease_from_row,
+    leases_from_rows,
     stats_from_row,
 )
 from leaseq.redact import Redactor, default_redact
@@ -66,6 +66,13 @@ def _fence_arrays(leases: Sequence[Lease]) -> dict[str, list[Any]]:
     }
 
 
+def _bigint_array(values: Iterable[int]) -> str:
+    """An int8[] literal. psycopg dumps a list at about 0.8 us an element (it picks the
+    smallest integer type that fits, element by element); a literal costs a tenth of that,
+    and the fenced batch statements send two arrays per batch of jobs."""
+    return "{" + ",".join(str(int(v)) for v in values) + "}"
+
+
 def _fence_groups(leases: Sequence[Lease]) -> list[dict[str, Any]]:
     """Parameters of the ``_owned_by_token`` fence: one owner per group, ids ascending and
     unique, as its binary search needs. A job that one owner holds twice in a batch (a stale
@@ -79,7 +86,13 @@ def _fence_groups(leases: Sequence[Lease]) -> list[dict[str, Any]]:
     fences = []
     for (owner, _), tokens in groups.items():
         ids = sorted(tokens)
-        fences.append({"owner": owner, "ids": ids, "tokens": [tokens[i] for i in ids]})
+        fences.append(
+            {
+                "owner": owner,
+                "ids": _bigint_array(ids),
+                "tokens": _bigint_array(tokens[i] for i in ids),
+            }
+        )
     return fences
 
 
@@ -480,7 +493,7 @@ class AsyncClient:
             "limit": validate.check_int("limit", limit, 1, validate.CLAIM_LIMIT_MAX),
         }
         rows = await self._rows("claim_jobs", params)
-        leases = [lease_from_row(row, seconds) for row in rows]
+        leases = leases_from_rows(rows, seconds)
         leases.sort(key=lambda lease: (-lease.priority, lease.job_id))
         return leases
 

@@ -5,6 +5,7 @@ Time is moved in the database (expire_lease), never slept through.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 from collections import Counter
@@ -410,3 +411,44 @@ async def test_async_client_has_the_same_lifecycle(aclient: leaseq.AsyncClient) 
     assert await aclient.complete(lease) is False
     job = await aclient.get_job(job_id)
     assert job is not None and job.status is JobStatus.SUCCEEDED
+
+
+def test_claimed_lease_matches_the_row_and_a_lease_built_normally(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    """claim() builds Leases on a fast path (times sent as seconds, no dataclass __init__):
+    every field must equal what the row says, and the object one built through __init__."""
+    client.enqueue("t.plain", {"a": 1}, delay=0)
+    keyed = client.enqueue(
+        "t.keyed", [1, 2], ordering_key="k", idempotency_key="idem", payload_version=3
+    )
+    run_sql(dsn, "UPDATE {s}.jobs SET created_at = created_at - interval '3 days'", schema)
+    leases = client.claim(worker="w", lease_seconds=12.345678, limit=2)
+    assert len(leases) == 2
+    for lease in leases:
+        ((started, expires, created, available, key, idem, version),) = rows(
+            dsn,
+            "SELECT started_at, lease_expires_at, created_at, available_at, ordering_key, "
+            "idempotency_key, payload_version FROM {s}.jobs WHERE id = %s",
+            schema,
+            lease.job_id,
+        )
+        assert lease.claimed_at == started
+        assert lease.expires_at == expires
+        assert (lease.created_at, lease.available_at) == (created, available)
+        assert (lease.ordering_key, lease.idempotency_key, lease.payload_version) == (
+            key,
+            idem,
+            version,
+        )
+        normal = leaseq.Lease(
+            **{
+                f.name: getattr(lease, f.name)
+                for f in dataclasses.fields(leaseq.Lease)
+                if f.name != "claimed_monotonic"
+            },
+            claimed_monotonic=lease.claimed_monotonic,
+        )
+        assert normal == lease and repr(normal) == repr(lease)
+        assert vars(normal) == vars(lease)
+    assert {lease.job_id for lease in leases if lease.ordering_key} == {keyed}

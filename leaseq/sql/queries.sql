@@ -162,9 +162,11 @@ WHERE j.id = ANY(ARRAY(
   FOR UPDATE SKIP LOCKED
 ))
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload,
-          j.attempt_count, j.max_attempts, j.lease_expires_at, j.priority, j.created_at,
-          j.payload_version, j.unknown_failures, now(), j.idempotency_key, j.available_at,
-          j.ordering_key;
+          j.attempt_count, j.max_attempts, j.priority, j.payload_version,
+          j.unknown_failures, j.idempotency_key, j.ordering_key,
+          -- Times as float8 seconds: the clock, then ages (see leases_from_rows).
+          date_part('epoch', now()), date_part('epoch', now() - j.created_at),
+          date_part('epoch', now() - j.available_at);
 
 -- name: _owned_by_token
 -- The fence for a batch of one owner's leases; ids must be ascending and unique. Each

@@ -153,6 +153,7 @@ class Worker:
         # Keyed by (job id, token): after a lease loss this worker may reclaim the same job
         # while its stale attempt is still winding down; the two must not be confused.
         self._running: dict[tuple[int, int], _Running] = {}
+        self._services: dict[str, JobServices] = {}  # one per task: they only depend on it
         self._slots = asyncio.Semaphore(self.config.concurrency)
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -381,8 +382,8 @@ class Worker:
         self.metrics.claim_statement.observe(time.monotonic() - sent)
         self.stats.claimed += len(leases)
         if leases:
-            self.metrics.claimed.labels(queue.name).inc(len(leases))
-            waited = self.metrics.claim_latency.labels(queue.name)
+            self.metrics.labelled(self.metrics.claimed, queue.name).inc(len(leases))
+            waited = self.metrics.labelled(self.metrics.claim_latency, queue.name)
             for lease in leases:
                 if lease.claimed_at is not None and lease.available_at is not None:
                     waited.observe(
@@ -413,18 +414,22 @@ class Worker:
 
     def _start(self, lease: Lease, deadline: float) -> None:
         task = self.app.tasks.get(lease.task)
-        services = None
-        if task is not None:
-            services = JobServices(
-                sync_client=None if task.is_async else self._sync_client,
-                async_client=self._handler_client if task.is_async else None,
-                reconcilers=task.reconcile,
-            )
+        services = None if task is None else self._services_for(task)
         running = _Running(lease, JobContext(lease, self.worker_id, services), task, deadline)
         self._running[running.key] = running
         running.task = asyncio.create_task(
             self._run_job(running), name=f"leaseq-job-{lease.job_id}"
         )
+
+    def _services_for(self, task: Task) -> JobServices:
+        services = self._services.get(task.name)
+        if services is None:
+            services = self._services[task.name] = JobServices(
+                sync_client=None if task.is_async else self._sync_client,
+                async_client=self._handler_client if task.is_async else None,
+                reconcilers=task.reconcile,
+            )
+        return services
 
     async def _run_job(self, running: _Running) -> None:
         lease, ctx = running.lease, running.ctx
@@ -514,13 +519,15 @@ class Worker:
                 lease.token,
             )
             return
-        self.metrics.completion_latency.labels(lease.queue).observe(
+        metrics = self.metrics
+        metrics.labelled(metrics.completion_latency, lease.queue).observe(
             time.monotonic() - lease.claimed_monotonic
         )
-        self.metrics.finished.labels(lease.queue, _OUTCOME[status]).inc()
+        metrics.labelled(metrics.finished, lease.queue, _OUTCOME[status]).inc()
         if isinstance(outcome, Lease):
             self.stats.succeeded += 1
-            jobs_log.debug("job %d succeeded", lease.job_id, extra=_job_fields(lease))
+            if jobs_log.isEnabledFor(logging.DEBUG):
+                jobs_log.debug("job %d succeeded", lease.job_id, extra=_job_fields(lease))
             return
         self.stats.failed += 1
         self.stats.count_error(outcome.error_code)
