@@ -296,6 +296,13 @@ def _queue_settings(specs: tuple[str, ...], app: App, any_queue: bool) -> tuple[
 )
 @click.option("--lease-seconds", type=float, default=60.0, show_default=True)
 @click.option("--batch-size", type=int, default=100, show_default=True)
+@click.option(
+    "--claims-in-flight",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Claim statements at once while the queues are busy.",
+)
 @click.option("--poll-interval", type=float, default=2.0, show_default=True)
 @click.option("--sweep-interval", type=float, default=15.0, show_default=True)
 @click.option("--shutdown-timeout", type=float, default=30.0, show_default=True)
@@ -334,6 +341,7 @@ def worker(
     processes: int,
     lease_seconds: float,
     batch_size: int,
+    claims_in_flight: int,
     poll_interval: float,
     sweep_interval: float,
     shutdown_timeout: float,
@@ -367,6 +375,7 @@ def worker(
         prefetch=prefetch,
         lease_seconds=lease_seconds,
         batch_size=batch_size,
+        claims_in_flight=claims_in_flight,
         poll_interval=poll_interval,
         sweep_interval=sweep_interval,
         shutdown_timeout=shutdown_timeout,

@@ -343,3 +343,67 @@ def _claims(worker: leaseq.Worker) -> int:
                 if sample.name.endswith("_count"):
                     return int(sample.value)
     return 0
+
+
+@pytest.mark.parametrize("claims_in_flight", [1, 3])
+async def test_claims_in_flight_never_overfill_slots_and_end_a_burst_at_once(
+    dsn: str, schema: str, client: leaseq.Client, claims_in_flight: int
+) -> None:
+    """Several claim statements run at once while the queue is busy. Together they must
+    never ask for more jobs than there are free slots, every job must run once, and each
+    burst must end as soon as the queue is empty (a helper's claim in flight once kept the
+    primary from concluding "idle", and the worker slept out a whole poll interval)."""
+    app = _app(dsn, schema)
+    ran: list[int] = []
+
+    @app.task(name="noop")
+    async def noop(ctx: leaseq.JobContext, payload: Any) -> None:
+        await asyncio.sleep(0.001)
+        ran.append(ctx.job_id)
+
+    concurrency = 6
+    most_in_flight = 0
+    for _ in range(8):  # the missed wake-up depended on timing: give it several chances
+        ran.clear()
+        ids = client.enqueue_many([{"task": "noop"} for _ in range(150)])
+        worker = leaseq.Worker(
+            app,
+            _config(
+                concurrency=concurrency,
+                batch_size=2,
+                claims_in_flight=claims_in_flight,
+                poll_interval=60,
+                listen=False,
+                drain=False,
+                burst=True,
+            ),
+        )
+        claim = worker.client.claim
+        asked = {"in_flight": 0, "limits": 0, "claimed": 0, "overfill": 0}
+
+        async def watched_claim(
+            *args: Any, _claim: Any = claim, _asked: Any = asked, _w: Any = worker, **kwargs: Any
+        ) -> list[leaseq.Lease]:
+            nonlocal most_in_flight
+            held = _asked["claimed"] - _w.stats.succeeded - _w.stats.failed
+            if held + _asked["limits"] + kwargs["limit"] > concurrency:
+                _asked["overfill"] += 1
+            _asked["in_flight"] += 1
+            _asked["limits"] += kwargs["limit"]
+            most_in_flight = max(most_in_flight, _asked["in_flight"])
+            try:
+                leases: list[leaseq.Lease] = await _claim(*args, **kwargs)
+            finally:
+                _asked["in_flight"] -= 1
+                _asked["limits"] -= kwargs["limit"]
+            _asked["claimed"] += len(leases)
+            return leases
+
+        worker.client.claim = watched_claim  # type: ignore[method-assign]
+        stats = await asyncio.wait_for(worker.run(), 30)  # far below the 60 s poll
+        assert stats.succeeded == 150 and sorted(ran) == sorted(ids)
+        assert asked["overfill"] == 0
+    if claims_in_flight == 1:
+        assert most_in_flight == 1
+    else:
+        assert most_in_flight >= 2

@@ -72,6 +72,9 @@ class WorkerConfig:
       charged) at shutdown.
     - ``lease_seconds``: lease length (per queue overridable); renewed every third of it.
     - ``batch_size``: most jobs claimed in one statement (further bounded by free slots).
+    - ``claims_in_flight``: while the queues are busy (a claim came back full), up to this
+      many claim statements run at once; one at a time caps a worker at one batch per
+      round trip. An idle worker polls with one.
     - ``poll_interval``: the worker checks the table at least this often, NOTIFY or not.
     - ``sweep_interval``: how often this worker recovers expired leases (any worker may).
     - ``op_timeout``: longest wait for one database statement before it counts as failed.
@@ -91,6 +94,7 @@ class WorkerConfig:
     lease_seconds: float = 60.0
     heartbeat_interval: float | None = None
     batch_size: int = 100
+    claims_in_flight: int = 2
     poll_interval: float = 2.0
     sweep_interval: float = 15.0
     shutdown_timeout: float = 30.0
@@ -120,6 +124,7 @@ class WorkerConfig:
         validate.check_int("concurrency", self.concurrency, 1, 10_000)
         validate.check_int("prefetch", self.prefetch, 0, self.concurrency)
         validate.check_int("batch_size", self.batch_size, 1, validate.CLAIM_LIMIT_MAX)
+        validate.check_int("claims_in_flight", self.claims_in_flight, 1, 8)
         validate.check_positive_seconds("lease_seconds", self.lease_seconds)
         validate.check_positive_seconds("poll_interval", self.poll_interval, 3600)
         validate.check_positive_seconds("sweep_interval", self.sweep_interval, 3600)

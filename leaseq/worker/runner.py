@@ -134,7 +134,11 @@ class Worker:
         self.app = app
         self.config = config or WorkerConfig()
         self.client = client or AsyncClient(
-            app.dsn, **app.client_options(), pool_size=4, application_name="leaseq-worker"
+            app.dsn,
+            **app.client_options(),
+            # claims, completions, renewals, sweeps; plus the extra claims in flight
+            pool_size=3 + self.config.claims_in_flight,
+            application_name="leaseq-worker",
         )
         # Handlers' own database work (fenced transactions, effect records) gets a pool of
         # its own, as large as the slots: it must never queue behind claims and renewals.
@@ -158,6 +162,13 @@ class Worker:
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
+        # Claims in flight: the slots they may fill, whether the queues look busy (the last
+        # claim came back full), and whether the fetch loop has ended.
+        self._reserved = 0
+        self._busy = asyncio.Event()
+        self._helper_slot_freed = asyncio.Event()
+        self._fetch_done = False
+        self._round_cap = sum(self.config.batch_for(q) for q in self.config.queue_settings)
         self._forced = False
         self._completer = Completer(self.client, outage=self.outage)
         self._threads = ThreadPoolExecutor(
@@ -320,10 +331,29 @@ class Worker:
     # -- fetching ---------------------------------------------------------------------
 
     async def _fetch_loop(self) -> None:
+        """Claim whenever slots are free. While the queues are busy (the last claim came back
+        full) up to ``claims_in_flight`` claims run at once, on their own connections: one
+        claim at a time would cap a worker at one batch per round trip."""
+        helpers = [
+            asyncio.create_task(self._helper_claims(), name=f"leaseq-claims-{i + 1}")
+            for i in range(self.config.claims_in_flight - 1)
+        ]
+        try:
+            await self._primary_claims()
+        finally:
+            # Helpers never stop mid-claim (its jobs would be stranded until their leases
+            # expire): they see the stop between claims.
+            self._fetch_done = True
+            self._busy.set()
+            self._helper_slot_freed.set()
+            for task in asyncio.as_completed(helpers):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _primary_claims(self) -> None:
         cfg = self.config
-        capacity = cfg.concurrency + cfg.prefetch
         while not self._stopping.is_set():
-            free = capacity - len(self._running)
+            free = self._free_slots()
             if free <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
@@ -335,21 +365,71 @@ class Worker:
             self._slot_freed.clear()
             # Only a claim that *started* with nothing in flight can prove the queues empty:
             # a job finishing during the claim may have made more work claimable (a retry,
-            # the next job of its ordering key) after the claim's snapshot was taken.
-            idle = not self._running
+            # the next job of its ordering key) after the claim's snapshot was taken, and a
+            # helper's claim may be taking jobs right now.
+            idle = not self._running and not self._reserved
             try:
                 async with asyncio.timeout(cfg.op_timeout):
-                    claimed, exhausted = await self._claim_round(free)
+                    claimed, exhausted = await self._reserved_round(free)
                     self.outage.ok()
                     if claimed and not exhausted:
                         continue  # more may be waiting: go again at once
-                    if not claimed and idle and not self._running and await self._finished():
+                    if (
+                        not claimed
+                        and idle
+                        and not self._running
+                        and not self._reserved
+                        and await self._finished()
+                    ):
                         return
             except TRANSIENT as exc:
                 await self.outage.failed("claim", exc)
                 await self._sleep_or_wake(self.outage.backoff())
                 continue
             await self._sleep_or_wake(cfg.poll_interval)
+
+    async def _helper_claims(self) -> None:
+        """An extra claimer: idle unless the last claim came back full; never polls, and
+        leaves outages to the primary loop (which backs off and reports them)."""
+        while True:
+            await self._busy.wait()
+            if self._fetch_done or self._stopping.is_set():
+                return
+            free = self._free_slots()
+            if free <= 0:
+                # An event of its own: clearing the primary's would hide from it a job
+                # that finished during its claim.
+                self._helper_slot_freed.clear()
+                await self._helper_slot_freed.wait()
+                continue
+            try:
+                async with asyncio.timeout(self.config.op_timeout):
+                    claimed, exhausted = await self._reserved_round(free, helper=True)
+            except TRANSIENT:
+                claimed, exhausted = 0, True
+            if not claimed or exhausted:
+                self._busy.clear()
+
+    def _free_slots(self) -> int:
+        """Slots neither running a job nor promised to a claim in flight; one claim round
+        takes at most one batch per queue, so the other claimers get the rest."""
+        cfg = self.config
+        free = cfg.concurrency + cfg.prefetch - len(self._running) - self._reserved
+        return min(free, self._round_cap)
+
+    async def _reserved_round(self, free: int, *, helper: bool = False) -> tuple[int, bool]:
+        self._reserved += free
+        try:
+            claimed, exhausted = await self._claim_round(free)
+        finally:
+            self._reserved -= free
+            if helper:
+                # The primary may have found the queues empty while this claim was in
+                # flight, which kept it from concluding "idle": let it look again.
+                self._slot_freed.set()
+        if claimed and not exhausted:
+            self._busy.set()
+        return claimed, exhausted
 
     async def _claim_round(self, free: int) -> tuple[int, bool]:
         """Split the free slots between the queues by weight and claim; slots a queue
@@ -545,6 +625,7 @@ class Worker:
     def _forget(self, running: _Running) -> None:
         self._running.pop(running.key, None)
         self._slot_freed.set()
+        self._helper_slot_freed.set()
 
     async def _execute(self, running: _Running) -> Lease | Failure:
         lease, ctx, task = running.lease, running.ctx, running.task_def
