@@ -399,11 +399,12 @@ class Client:
         params = self._job_params(spec)
         params["channel"] = self.channel
         if params["ordering_key"] is None:
+            del params["ordering_key"]
             rows = self._rows("insert_job", params, connection)
         else:
             with self._transaction(connection) as conn:
                 self._lock_keys(conn, [params["ordering_key"]])
-                rows = self._rows("insert_job", params, conn)
+                rows = self._rows("insert_keyed_job", params, conn)
         return int(rows[0][0])
 
     def enqueue_many(

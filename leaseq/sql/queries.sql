@@ -59,7 +59,21 @@ SELECT max(version) FROM {schema}.schema_version;
 
 -- name: insert_job
 -- One round trip: the row and its wake-up go together, so the NOTIFY is delivered only if
--- (and when) the enclosing transaction commits. Jobs scheduled for later wake nobody.
+-- (and when) the enclosing transaction commits. Jobs scheduled for later wake nobody. Jobs
+-- without an ordering key take this plain INSERT (insert_keyed_job has the key logic,
+-- which cost single enqueues about 15% even when it did not apply).
+INSERT INTO {schema}.jobs
+  (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
+   payload_version, idempotency_key, key_policy)
+VALUES (
+  %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(priority)s,
+  coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
+  %(max_attempts)s, %(payload_version)s, %(idempotency_key)s, %(key_policy)s
+)
+RETURNING id, CASE WHEN available_at <= now() THEN pg_notify(%(channel)s, queue_name)::text END;
+
+-- name: insert_keyed_job
+-- insert_job for a job with an ordering key; the caller holds the key's advisory lock.
 WITH ins AS (
   INSERT INTO {schema}.jobs
     (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
@@ -71,7 +85,7 @@ WITH ins AS (
     %(key_policy)s,
     -- Behind any live (or blocking dead) job of its key: wait. The caller holds the key's
     -- advisory lock (lock_keys), so this answer cannot go stale before the commit.
-    %(ordering_key)s::text IS NOT NULL AND EXISTS (
+    EXISTS (
       SELECT 1 FROM {schema}.jobs AS b
       WHERE b.ordering_key = %(ordering_key)s AND {_key_blocking}
     )
