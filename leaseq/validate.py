@@ -154,15 +154,19 @@ def schedule(run_at: object, delay: object) -> tuple[dt.datetime | None, float]:
     return None, float(delay)
 
 
+# One encoder for every payload: json.dumps() with options builds a new one per call.
+_PAYLOAD_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
 def encode_payload(payload: Any, limit: int = DEFAULT_PAYLOAD_LIMIT) -> str:
     """JSON text of ``payload``, refusing what JSON cannot carry and what is too large."""
     try:
-        text = json.dumps(payload, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        text = _PAYLOAD_ENCODER.encode(payload)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
     if "\\u0000" in text:
         raise PayloadError("payload contains a NUL character, which PostgreSQL jsonb refuses")
-    size = len(text.encode("utf-8"))
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > limit:
         raise PayloadError(f"payload is {size} bytes, over the limit of {limit} bytes")
     return text

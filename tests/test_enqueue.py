@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
 import psycopg
 import pytest
@@ -79,9 +80,22 @@ def test_enqueue_many_returns_ids_in_input_order(client: leaseq.Client) -> None:
 
 
 def test_enqueue_many_with_a_bad_item_stores_nothing(client: leaseq.Client) -> None:
-    with pytest.raises(leaseq.ConfigError):
-        client.enqueue_many([{"task": "ok"}, {"task": "bad name!"}])
+    many = [{"task": "ok", "payload": i} for i in range(500)]  # over COPY_THRESHOLD too
+    for bad, says in (
+        ({"task": "bad name!"}, "invalid task name"),
+        ({"task": "ok", "priorty": 5}, "unknown job field(s): 'priorty'"),
+        ({"payload": 1}, "a job needs a task"),
+        (("ok", 1), "a job is a JobSpec or a mapping, got tuple"),
+        (leaseq.JobSpec("ok", max_attempts=0), "max_attempts must be between"),
+    ):
+        for jobs in ([{"task": "ok"}, bad], [*many, bad]):
+            with pytest.raises(leaseq.ConfigError, match=re.escape(says)):
+                client.enqueue_many(jobs)  # type: ignore[arg-type]
     assert client.queue_stats() == []
+    spec = leaseq.JobSpec("ok", {"a": 1}, queue="q2", priority=3)
+    (job_id,) = client.enqueue_many([spec])
+    job = client.get_job(job_id)
+    assert job is not None and (job.queue, job.priority, job.payload) == ("q2", 3, {"a": 1})
 
 
 def test_enqueue_in_rolled_back_transaction_leaves_no_job_and_wakes_nobody(

@@ -134,7 +134,11 @@ ORDER BY id;
 -- name: reserve_job_ids
 -- Bulk enqueue by COPY: take the ids first (so they come back in input order) and the
 -- database's clock (so delays count from database time, as everywhere else).
-SELECT now(), array_agg(nextval(pg_get_serial_sequence('{schema}.jobs', 'id')) ORDER BY g)
+-- The sequence is looked up once, in a scalar subquery: called per row,
+-- pg_get_serial_sequence took three quarters of the statement's time.
+SELECT now(),
+       array_agg(nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass)
+                 ORDER BY g)
 FROM generate_series(1, %(n)s) AS g;
 
 -- name: copy_jobs
