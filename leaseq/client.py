@@ -437,6 +437,10 @@ class Client:
         params_list = [self._job_params(_job_fields(job)) for job in jobs]
         if not params_list:
             return []
+        keyed = any(p["ordering_key"] for p in params_list)
+        if not keyed and len(params_list) >= COPY_THRESHOLD:
+            with self._transaction(connection) as conn:
+                return self._copy_jobs(conn, params_list)
         arrays = {
             "queues": [p["queue"] for p in params_list],
             "tasks": [p["task"] for p in params_list],
@@ -451,10 +455,7 @@ class Client:
             "key_policies": [p["key_policy"] for p in params_list],
             "channel": self.channel,
         }
-        if not any(arrays["ordering_keys"]) and len(params_list) >= COPY_THRESHOLD:
-            with self._transaction(connection) as conn:
-                return self._copy_jobs(conn, params_list)
-        if not any(arrays["ordering_keys"]):
+        if not keyed:
             rows = self._rows("insert_jobs", arrays, connection)
         else:
             with self._transaction(connection) as conn:
@@ -467,7 +468,9 @@ class Client:
     ) -> list[int]:
         """Bulk enqueue through COPY (about 3x an insert of unnested arrays): ids reserved
         first, so they are returned in input order; delays count from the database clock."""
-        ((db_now, ids),) = self._rows("reserve_job_ids", {"n": len(params_list)}, conn)
+        ready = sorted({p["queue"] for p in params_list if p["run_at"] is None and not p["delay"]})
+        params = {"n": len(params_list), "queues": ready, "channel": self.channel}
+        ((db_now, ids, _),) = self._rows("reserve_job_ids", params, conn)
         cur = conn.cursor()
         with cur.copy(self.queries["copy_jobs"]) as copy:
             for job_id, p in zip(ids, params_list, strict=True):
@@ -489,9 +492,6 @@ class Client:
                         p["idempotency_key"],
                     )
                 )
-        ready = sorted({p["queue"] for p in params_list if p["run_at"] is None and not p["delay"]})
-        if ready:
-            self._rows("notify_queues", {"queues": ready, "channel": self.channel}, conn)
         return [int(i) for i in ids]
 
     # -- the lease lifecycle ------------------------------------------------------------

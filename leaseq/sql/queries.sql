@@ -133,12 +133,14 @@ ORDER BY id;
 
 -- name: reserve_job_ids
 -- Bulk enqueue by COPY: take the ids first (so they come back in input order) and the
--- database's clock (so delays count from database time, as everywhere else).
+-- database's clock (so delays count from database time, as everywhere else); the queues'
+-- wake-ups go out in the same round trip (delivered only if the transaction commits).
 -- The sequence is looked up once, in a scalar subquery: called per row,
 -- pg_get_serial_sequence took three quarters of the statement's time.
 SELECT now(),
        array_agg(nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass)
-                 ORDER BY g)
+                 ORDER BY g),
+       (SELECT count(pg_notify(%(channel)s, q)) FROM unnest(%(queues)s::text[]) AS q)
 FROM generate_series(1, %(n)s) AS g;
 
 -- name: copy_jobs
@@ -147,10 +149,6 @@ COPY {schema}.jobs
   (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
    payload_version, idempotency_key)
 FROM STDIN;
-
--- name: notify_queues
--- The wake-up of a COPY batch: one per queue, delivered when the transaction commits.
-SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q;
 
 
 -- name: claim_jobs
