@@ -10,6 +10,8 @@ serve`` serves them. Labels are bounded: queue names (a deployment's own, few), 
 
 from __future__ import annotations
 
+import bisect
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -22,8 +24,14 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from leaseq.models import QueueStats
 
@@ -223,6 +231,81 @@ def _attempt_label(attempt: int) -> str:
     return str(attempt) if attempt <= 5 else "6+"
 
 
+class LoopHistogram(Collector):
+    """A labelled histogram for what the worker records on every job, updated from its
+    event loop only: an observation is a bisect and two additions, with no lock and no
+    label check. prometheus_client's Histogram costs about a microsecond an observation,
+    and three per-job metrics cost a no-op job 8% of its throughput (python -m bench).
+    Scrapes (another thread) read a copy of each series; a scrape may see a count and a
+    sum one observation apart, never buckets out of order."""
+
+    def __init__(
+        self, name: str, documentation: str, labelnames: tuple[str, ...], buckets: tuple[float, ...]
+    ) -> None:
+        self.name, self._doc, self._labelnames = name, documentation, labelnames
+        self._bounds = [float(b) for b in buckets]
+        self._series: dict[tuple[str, ...], _Buckets] = {}
+
+    def labels(self, *values: str) -> _Buckets:
+        series = self._series.get(values)
+        if series is None:
+            series = self._series[values] = _Buckets(self._bounds)
+        return series
+
+    def describe(self) -> Iterable[Metric]:
+        return [HistogramMetricFamily(self.name, self._doc, labels=self._labelnames)]
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self._doc, labels=self._labelnames)
+        for values, series in list(self._series.items()):
+            counts, total = list(series.counts), series.sum
+            cumulative, running = [], 0
+            for bound, count in zip([*self._bounds, math.inf], counts, strict=True):
+                running += count
+                cumulative.append((_bucket_label(bound), running))
+            family.add_metric(list(values), cumulative, total)
+        yield family
+
+
+class _Buckets:
+    __slots__ = ("_bounds", "counts", "sum")
+
+    def __init__(self, bounds: list[float]) -> None:
+        self._bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self._bounds, value)] += 1
+        self.sum += value
+
+
+def _bucket_label(bound: float) -> str:
+    label: str = floatToGoString(bound)  # type: ignore[no-untyped-call]  # as its histograms do
+    return label
+
+
+class LoopCounter(Collector):
+    """A labelled counter for per-job events, on the same terms as :class:`LoopHistogram`."""
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> None:
+        self.name = name.removesuffix("_total")
+        self._doc, self._labelnames = documentation, labelnames
+        self._values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, *values: str, amount: float = 1) -> None:
+        self._values[values] = self._values.get(values, 0) + amount
+
+    def describe(self) -> Iterable[Metric]:
+        return [CounterMetricFamily(self.name, self._doc, labels=self._labelnames)]
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self._doc, labels=self._labelnames)
+        for values, value in list(self._values.items()):
+            family.add_metric(list(values), value)
+        yield family
+
+
 class WorkerMetrics:
     """The worker-side metrics of one worker, in a registry of their own."""
 
@@ -238,10 +321,24 @@ class WorkerMetrics:
             return cls(base, spec.help, spec.labels, registry=self.registry, **kwargs)
 
         self.claimed = make("leaseq_jobs_claimed_total")
-        self.finished = make("leaseq_jobs_finished_total")
+
+        def on_loop(name: str, **kwargs: Any) -> Any:
+            spec = SPECS[name]
+            metric: Collector
+            if spec.kind == "histogram":
+                metric = LoopHistogram(name, spec.help, spec.labels, **kwargs)
+            else:
+                metric = LoopCounter(name, spec.help, spec.labels)
+            self.registry.register(metric)
+            return metric
+
+        # Recorded for every job, from the event loop: the cheap kind (see LoopHistogram).
+        self.finished = on_loop("leaseq_jobs_finished_total")
         self.retries = make("leaseq_retries_total")
-        self.claim_latency = make("leaseq_claim_latency_seconds", buckets=LATENCY_BUCKETS)
-        self.completion_latency = make("leaseq_completion_latency_seconds", buckets=LATENCY_BUCKETS)
+        self.claim_latency = on_loop("leaseq_claim_latency_seconds", buckets=LATENCY_BUCKETS)
+        self.completion_latency = on_loop(
+            "leaseq_completion_latency_seconds", buckets=LATENCY_BUCKETS
+        )
         self.claim_statement = make("leaseq_claim_statement_seconds", buckets=STATEMENT_BUCKETS)
         self.lost_fence = make("leaseq_lost_fence_total")
         self.leases_lost = make("leaseq_leases_lost_total")

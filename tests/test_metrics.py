@@ -240,3 +240,28 @@ def test_json_logs_carry_job_fields_and_no_payload(
     dead = [r for r in jobs if r.get("status") == "dead"]
     assert dead and dead[0]["error_code"] == "RuntimeError"
     assert rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE status = 'dead'", schema) == [(1,)]
+
+
+def test_loop_metrics_expose_exactly_what_prometheus_client_would() -> None:
+    """The per-job metrics skip prometheus_client's locks (LoopHistogram, LoopCounter): a
+    scrape must read the same text as from its own Histogram and Counter, bucket edges,
+    +Inf and sums included."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from leaseq.metrics import LATENCY_BUCKETS, LoopCounter, LoopHistogram
+
+    theirs, ours = CollectorRegistry(), CollectorRegistry()
+    hist = Histogram("x_seconds", "help", ["queue"], buckets=LATENCY_BUCKETS, registry=theirs)
+    count = Counter("x_total", "help", ["queue", "outcome"], registry=theirs)
+    loop_hist = LoopHistogram("x_seconds", "help", ("queue",), LATENCY_BUCKETS)
+    loop_count = LoopCounter("x_total", "help", ("queue", "outcome"))
+    ours.register(loop_hist)
+    ours.register(loop_count)
+    values = [0.0, 0.005, 0.0051, 1, 2.5, 59.9, 3600, 3600.5, 1e9, 0.3, 0.3]
+    for i, value in enumerate(values):
+        queue = "a" if i % 3 else "b"
+        hist.labels(queue).observe(value)
+        loop_hist.labels(queue).observe(value)
+        count.labels(queue, "ok").inc()
+        loop_count.inc(queue, "ok")
+    assert generate_latest(ours).decode() == generate_latest(theirs).decode()

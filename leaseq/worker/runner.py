@@ -463,7 +463,7 @@ class Worker:
         self.stats.claimed += len(leases)
         if leases:
             self.metrics.labelled(self.metrics.claimed, queue.name).inc(len(leases))
-            waited = self.metrics.labelled(self.metrics.claim_latency, queue.name)
+            waited = self.metrics.claim_latency.labels(queue.name)
             for lease in leases:
                 if lease.claimed_at is not None and lease.available_at is not None:
                     waited.observe(
@@ -600,10 +600,10 @@ class Worker:
             )
             return
         metrics = self.metrics
-        metrics.labelled(metrics.completion_latency, lease.queue).observe(
+        metrics.completion_latency.labels(lease.queue).observe(
             time.monotonic() - lease.claimed_monotonic
         )
-        metrics.labelled(metrics.finished, lease.queue, _OUTCOME[status]).inc()
+        metrics.finished.inc(lease.queue, _OUTCOME[status])
         if isinstance(outcome, Lease):
             self.stats.succeeded += 1
             if jobs_log.isEnabledFor(logging.DEBUG):
