@@ -101,7 +101,7 @@ class WorkerStats:
         self.by_error[code] = self.by_error.get(code, 0) + 1
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Running:
     lease: Lease
     ctx: JobContext
