@@ -182,7 +182,14 @@ def test_bad_input_gets_a_clear_error_and_stores_nothing(
 
 
 def test_payload_round_trips_unicode_and_nesting(client: leaseq.Client) -> None:
-    payload = {"name": "Zoë 🚀", "nested": [1, 2.5, None, {"deep": True}], "quote": 'it\'s "x"'}
+    payload = {
+        "name": "Zoë 🚀",
+        "nested": [1, 2.5, None, {"deep": True}],
+        "quote": 'it\'s "x"',
+        "big": 2**70,  # jsonb numerics are unbounded; the reader must not cap them
+        "tiny": -1e-300,
+        "escapes": "tab\t nl\n \\ \u2028",
+    }
     job_id = client.enqueue("t", payload)
     (lease,) = client.claim(worker="w")
     assert lease.job_id == job_id and lease.payload == payload

@@ -38,6 +38,11 @@ class WeightedShares:
     def split(self, slots: int, eligible: Sequence[bool] | None = None) -> list[int]:
         """How many of ``slots`` each queue gets this round."""
         shares = [0] * len(self._weights)
+        if len(shares) == 1:  # one queue: every slot is its own, no credits to keep
+            if slots and eligible is not None and not eligible[0]:
+                raise ValueError("no eligible queue")
+            shares[0] = slots
+            return shares
         for _ in range(slots):
             shares[self.next(eligible)] += 1
         return shares
