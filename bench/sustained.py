@@ -77,6 +77,7 @@ FINISHED = "leaseq_jobs_finished_total"
 CLAIM_BUCKET = "leaseq_claim_statement_seconds_bucket"
 
 N = TypeVar("N", int, float)
+Buckets = tuple[tuple[float, float], ...]  # a cumulative histogram: (le, count), +Inf last
 
 # One statement, autocommit: a new transaction per sample, so the statistics snapshot is
 # never a cached one (stats_fetch_consistency). The counters themselves still lag: backends
@@ -118,7 +119,7 @@ class Scrape:
     """The two worker metrics a sample needs, from one /metrics response."""
 
     finished: float  # leaseq_jobs_finished_total, all queues and outcomes
-    claim_buckets: tuple[tuple[float, float], ...]  # (le, cumulative count), +Inf last
+    claim_buckets: Buckets
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class Snapshot:
     offered: int  # jobs the producer had enqueued
     behind: int  # jobs the schedule wanted enqueued by now that were not (yet)
     finished: float  # summed over the workers
-    claim_buckets: tuple[tuple[float, float], ...]  # summed over the workers
+    claim_buckets: Buckets  # summed over the workers
     backlog: int  # pending jobs (ready + scheduled)
     running: int
     oldest_age: float  # seconds the oldest claimable job has waited
@@ -168,11 +169,14 @@ class Interval:
 
 @dataclass(frozen=True)
 class Options:
+    """The command line, checked; ``dsn`` already resolved (flag, env, embedded)."""
+
     dsn: str
     minutes: float
     rate: float
     interval: float
     retention: str
+    prune_interval: str
     concurrency: int
     batch: int
     workers: int
@@ -259,6 +263,8 @@ def producing(client: leaseq.Client, rate: float) -> Iterator[Producer]:
 
 @dataclass
 class Worker:
+    """One ``leaseq worker`` subprocess, its metrics port and the file it logs to."""
+
     proc: subprocess.Popen[bytes]
     port: int
     log_path: pathlib.Path
@@ -301,6 +307,8 @@ def start_worker(settings: Settings, schema: str, opts: Options, port: int, log_
         str(opts.batch),
         "--retention",
         opts.retention,
+        "--prune-interval",
+        opts.prune_interval,
         "--metrics-port",
         str(port),
     )
@@ -346,6 +354,11 @@ def stop_workers(workers: Sequence[Worker]) -> None:
     finally:
         for w in workers:
             if w.proc.poll() is None:
+                print(
+                    f"sustained: worker {w.proc.pid} still running after SIGTERM, killed; "
+                    f"its last output: {w.last_words()}",
+                    file=sys.stderr,
+                )
                 w.proc.kill()
             w.exit_code = w.proc.wait()
 
@@ -403,6 +416,7 @@ def rss_bytes(pid: int) -> int:
 
 
 def table_stats(conn: psycopg.Connection[Any], schema: str) -> TableStats:
+    """Size, tuples and vacuum counters of the jobs table: what bloat would show in."""
     row = conn.execute(TABLE_STATS, (schema,)).fetchone()
     if row is None:
         raise BenchError(f"no statistics for {schema}.jobs")
@@ -419,9 +433,7 @@ def table_stats(conn: psycopg.Connection[Any], schema: str) -> TableStats:
     )
 
 
-def add_buckets(
-    a: tuple[tuple[float, float], ...], b: tuple[tuple[float, float], ...]
-) -> tuple[tuple[float, float], ...]:
+def add_buckets(a: Buckets, b: Buckets) -> Buckets:
     """Two workers' histograms as one (their bucket bounds are the same constants)."""
     if not a:
         return b
@@ -442,27 +454,25 @@ def take_snapshot(
     at = time.monotonic()
     offered = producer.offered if producer is not None else 0
     behind = producer.behind() if producer is not None else 0
-    buckets: tuple[tuple[float, float], ...] = ()
-    for s in scrapes:
-        buckets = add_buckets(buckets, s.claim_buckets)
-    stats = [s for s in client.queue_stats() if s.queue == QUEUE]
+    buckets: Buckets = ()
+    for one in scrapes:
+        buckets = add_buckets(buckets, one.claim_buckets)
+    queues = [q for q in client.queue_stats() if q.queue == QUEUE]
     return Snapshot(
         at=at,
         offered=offered,
         behind=behind,
-        finished=sum(s.finished for s in scrapes),
+        finished=sum(one.finished for one in scrapes),
         claim_buckets=buckets,
-        backlog=sum(s.ready + s.scheduled for s in stats),
-        running=sum(s.running for s in stats),
-        oldest_age=max((s.oldest_ready_age for s in stats), default=0.0),
+        backlog=sum(q.ready + q.scheduled for q in queues),
+        running=sum(q.running for q in queues),
+        oldest_age=max((q.oldest_ready_age for q in queues), default=0.0),
         table=table_stats(conn, client.schema),
         rss=tuple(rss_bytes(w.proc.pid) for w in workers),
     )
 
 
-def diff_buckets(
-    after: tuple[tuple[float, float], ...], before: tuple[tuple[float, float], ...]
-) -> tuple[tuple[float, float], ...]:
+def diff_buckets(after: Buckets, before: Buckets) -> Buckets:
     """Observations between two scrapes of a cumulative histogram, bucket by bucket."""
     if not before:
         return after
@@ -743,7 +753,8 @@ def header(opts: Options, info: dict[str, Any]) -> str:
         f"(fsync={info['fsync']}, synchronous_commit={info['synchronous_commit']}), "
         f"{os.cpu_count()} CPUs\n"
         f"minutes={opts.minutes:g} rate={opts.rate:g}/s interval={opts.interval:g}s "
-        f"retention={opts.retention} concurrency={opts.concurrency} batch={opts.batch} "
+        f"retention={opts.retention} prune-interval={opts.prune_interval} "
+        f"concurrency={opts.concurrency} batch={opts.batch} "
         f"workers={opts.workers}"
     )
 
@@ -764,6 +775,7 @@ def results_json(opts: Options, info: dict[str, Any], run: Run) -> dict[str, Any
             "rate": opts.rate,
             "interval": opts.interval,
             "retention": opts.retention,
+            "prune_interval": opts.prune_interval,
             "concurrency": opts.concurrency,
             "batch": opts.batch,
             "workers": opts.workers,
@@ -777,7 +789,10 @@ def results_json(opts: Options, info: dict[str, Any], run: Run) -> dict[str, Any
 
 
 def report(opts: Options, info: dict[str, Any], run: Run) -> None:
+    """The table and the summary on stdout (progress went to stderr), and the JSON file."""
     print(header(opts, info))
+    if run.interrupted:
+        print(f"interrupted after {run.intervals[-1].t:.0f} s: the figures cover that part")
     print()
     print(interval_table(run.intervals))
     print()
@@ -807,11 +822,14 @@ def _positive(kind: Callable[[str], N]) -> Callable[[str], N]:
 
 def _retention(text: str) -> str:
     """Checked here, so a typo fails before the schema and the worker are set up."""
-    if text != "never":
-        try:
-            validate.parse_duration(text)
-        except ConfigError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text if text == "never" else _duration(text)
+
+
+def _duration(text: str) -> str:
+    try:
+        validate.parse_duration(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 
@@ -835,6 +853,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         default="60s",
         help="the worker's --retention (default 60s, so the table can reach a steady size)",
     )
+    p.add_argument(
+        "--prune-interval",
+        type=_duration,
+        default="15s",
+        help="the worker's --prune-interval (default 15s)",
+    )
     p.add_argument("--concurrency", "-c", type=_positive(int), default=200)
     p.add_argument("--batch", "-b", type=_positive(int), default=100, help="--batch-size")
     p.add_argument("--workers", type=_positive(int), default=1, help="worker processes")
@@ -853,6 +877,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         rate=args.rate,
         interval=args.interval,
         retention=args.retention,
+        prune_interval=args.prune_interval,
         concurrency=args.concurrency,
         batch=args.batch,
         workers=args.workers,

@@ -314,6 +314,20 @@ def _queue_settings(specs: tuple[str, ...], app: App, any_queue: bool) -> tuple[
     help="Prune succeeded/cancelled jobs older than this (e.g. 1d), or 'never'.",
 )
 @click.option(
+    "--prune-interval",
+    type=DURATION,
+    default="60s",
+    show_default=True,
+    help="How often the worker prunes (until nothing is left).",
+)
+@click.option(
+    "--prune-share",
+    type=float,
+    default=0.2,
+    show_default=True,
+    help="Most of the time pruning may spend deleting (paced batches).",
+)
+@click.option(
     "--priority-aging",
     type=DURATION,
     default=None,
@@ -347,6 +361,8 @@ def worker(
     shutdown_timeout: float,
     op_timeout: float,
     retention: str,
+    prune_interval: float,
+    prune_share: float,
     priority_aging: float | None,
     metrics_port: int | None,
     metrics_host: str,
@@ -381,6 +397,8 @@ def worker(
         shutdown_timeout=shutdown_timeout,
         op_timeout=op_timeout,
         retention=None if retention == "never" else validate.parse_duration(retention),
+        prune_interval=prune_interval,
+        prune_share=prune_share,
         listen=not no_listen,
         listen_dsn=listen_dsn,
         priority_aging=priority_aging,

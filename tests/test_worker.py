@@ -7,6 +7,7 @@ In-process tests drive ``Worker`` on an event loop; the process tests run
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import pathlib
 import signal
@@ -21,7 +22,7 @@ import pytest
 import leaseq
 from leaseq import JobStatus, Permanent, Retry
 
-from .helpers import expire_lease, rows
+from .helpers import expire_lease, rows, run_sql
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -407,3 +408,89 @@ async def test_claims_in_flight_never_overfill_slots_and_end_a_burst_at_once(
         assert most_in_flight == 1
     else:
         assert most_in_flight >= 2
+
+
+async def test_worker_stopped_during_an_extra_claim_exits(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """Stop a worker while an extra claimer's claim is in flight, and let that claim come
+    back short (the queue ran dry). It used to clear "busy" after the fetch loop's final
+    wake-up and wait for it forever: the worker never exited (seen once under SIGTERM)."""
+    app = _app(dsn, schema)
+
+    @app.task(name="noop")
+    async def noop(ctx: leaseq.JobContext, payload: Any) -> None:
+        pass
+
+    client.enqueue_many([{"task": "noop"} for _ in range(3)])
+    worker = leaseq.Worker(
+        app,
+        _config(
+            concurrency=8,
+            batch_size=2,
+            claims_in_flight=2,
+            poll_interval=60,
+            listen=False,
+            drain=False,
+        ),
+    )
+    claim = worker.client.claim
+    in_flight = 0
+
+    async def claim_then_stop(*args: Any, **kwargs: Any) -> list[leaseq.Lease]:
+        nonlocal in_flight
+        in_flight += 1
+        try:
+            if in_flight >= 2:  # the helper's claim, next to the primary's
+                worker.stop()
+                await asyncio.sleep(0.2)  # the fetch loop ends meanwhile
+            leases: list[leaseq.Lease] = await claim(*args, **kwargs)
+            return leases
+        finally:
+            in_flight -= 1
+
+    worker.client.claim = claim_then_stop  # type: ignore[method-assign]
+    stats = await asyncio.wait_for(worker.run(), 20)
+    assert stats.succeeded == 3
+
+
+async def test_worker_prune_round_removes_everything_eligible(
+    dsn: str, schema: str, client: leaseq.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention must keep up with sustained load: one prune round deletes every finished
+    job past retention (paced batches), not a fixed few batches. Ten batches a round let
+    the table grow without end at 3,000 jobs/s (bench.sustained)."""
+    client.migrate()
+    old = 25_000
+    run_sql(
+        dsn,
+        "INSERT INTO {s}.jobs (queue_name, task, payload, status, attempt_count, "
+        "lease_token, finished_at) SELECT 'default', 'noop', '{{}}', 'succeeded', 1, 1, "
+        "now() - interval '1 hour' FROM generate_series(1, %s)",
+        schema,
+        old,
+    )
+    client.enqueue("noop")  # a live job is never pruned
+    app = _app(dsn, schema)
+
+    @app.task(name="noop")
+    async def noop(ctx: leaseq.JobContext, payload: Any) -> None:
+        pass
+
+    worker = leaseq.Worker(
+        app,
+        _config(retention=600, prune_interval=0.1, prune_share=0.5, drain=False, listen=False),
+    )
+    caplog.set_level(logging.INFO, logger="leaseq.worker")
+    run = asyncio.create_task(worker.run())
+    try:
+        while not any("pruned" in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0.05)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, 30)
+    first = next(r.getMessage() for r in caplog.records if "pruned" in r.getMessage())
+    assert first.startswith(f"pruned {old} finished job(s)")
+    assert rows(dsn, "SELECT status, count(*) FROM {s}.jobs GROUP BY 1", schema) == [
+        ("succeeded", 1)
+    ]

@@ -82,7 +82,9 @@ class WorkerConfig:
       rises by one (from its enqueue priority, capped at 32767); None: no aging.
     - ``metrics_port``: serve /metrics, /healthz and /readyz on ``metrics_host`` (None: off).
     - ``retention``: succeeded/cancelled jobs older than this many seconds are pruned every
-      ``prune_interval`` (None: keep them; dead jobs are never pruned).
+      ``prune_interval`` (None: keep them; dead jobs are never pruned), until none is
+      left, in small batches paced so that deleting takes at most ``prune_share`` of the
+      time (what is left for claims to share WAL with).
     - ``listen_dsn``: LISTEN over this direct connection instead (behind PgBouncer).
     - ``burst``: exit once nothing is claimable and nothing is running.
     - ``drain``: like burst, but also wait for scheduled retries of these queues.
@@ -104,6 +106,7 @@ class WorkerConfig:
     metrics_host: str = "127.0.0.1"
     retention: float | None = 7 * 86400.0
     prune_interval: float = 60.0
+    prune_share: float = 0.2
     listen: bool = True
     listen_dsn: str | None = None
     burst: bool = False
@@ -133,6 +136,8 @@ class WorkerConfig:
         if self.retention is not None:
             validate.check_positive_seconds("retention", self.retention, 100 * 365 * 86400.0)
         validate.check_positive_seconds("prune_interval", self.prune_interval, 86400)
+        if not 0 < self.prune_share <= 1:
+            raise ConfigError(f"prune_share must be in (0, 1], got {self.prune_share}")
         if self.priority_aging is not None:
             validate.check_positive_seconds("priority_aging", self.priority_aging, 86400.0)
         if self.metrics_port is not None:
