@@ -152,14 +152,7 @@ class Interval:
     backlog: int
     running: int
     oldest_age: float
-    table_bytes: int
-    index_bytes: int
-    live_tuples: int
-    dead_tuples: int
-    autovacuums: int
-    last_autovacuum: str | None
-    autoanalyzes: int
-    deleted_tuples: int
+    table: TableStats  # as sampled at the end of the interval
     claims: int  # claim statements the workers ran in the interval
     claim_p50_ms: float | None
     claim_p99_ms: float | None
@@ -518,14 +511,7 @@ def interval_between(before: Snapshot, after: Snapshot, started: float) -> Inter
         backlog=after.backlog,
         running=after.running,
         oldest_age=after.oldest_age,
-        table_bytes=t.table_bytes,
-        index_bytes=t.index_bytes,
-        live_tuples=t.live_tuples,
-        dead_tuples=t.dead_tuples,
-        autovacuums=t.autovacuums,
-        last_autovacuum=t.last_autovacuum,
-        autoanalyzes=t.autoanalyzes,
-        deleted_tuples=t.deleted_tuples,
+        table=t,
         claims=round(window[-1][1]) if window else 0,
         claim_p50_ms=None if p50 is None else ms(p50),
         claim_p99_ms=None if p99 is None else ms(p99),
@@ -540,11 +526,12 @@ def _ms(value: float | None) -> str:
 
 def progress_line(iv: Interval) -> str:
     behind = f"  PRODUCER BEHIND by {iv.producer_behind:,} jobs" if iv.producer_behind else ""
+    t = iv.table
     return (
         f"[{iv.t:5.0f}s] offered {iv.offered_per_s:,.0f}/s  finished {iv.finished_per_s:,.0f}/s"
         f"  backlog {iv.backlog:,} (oldest {iv.oldest_age:.1f}s)"
-        f"  table {iv.table_bytes / MB:.1f} MB  index {iv.index_bytes / MB:.1f} MB"
-        f"  live {iv.live_tuples:,}  dead {iv.dead_tuples:,}  autovacuums {iv.autovacuums}"
+        f"  table {t.table_bytes / MB:.1f} MB  index {t.index_bytes / MB:.1f} MB"
+        f"  live {t.live_tuples:,}  dead {t.dead_tuples:,}  autovacuums {t.autovacuums}"
         f"  claim p50/p99 {_ms(iv.claim_p50_ms)}/{_ms(iv.claim_p99_ms)} ms"
         f"  RSS {iv.rss_bytes / MB:.0f} MB{behind}"
     )
@@ -638,16 +625,16 @@ def summarize(intervals: Sequence[Interval]) -> dict[str, Any]:
         "backlog_end": last.backlog,
         "backlog_max": max(iv.backlog for iv in steady),
         "oldest_age_max": max(iv.oldest_age for iv in steady),
-        "table_bytes_start": warm.table_bytes,
-        "table_bytes_end": last.table_bytes,
-        "index_bytes_start": warm.index_bytes,
-        "index_bytes_end": last.index_bytes,
-        "live_tuples_start": warm.live_tuples,
-        "live_tuples_end": last.live_tuples,
-        "dead_tuples_max": max(iv.dead_tuples for iv in intervals),
-        "autovacuums": last.autovacuums,
-        "autovacuums_steady": last.autovacuums - warm.autovacuums,
-        "deleted_tuples": last.deleted_tuples,
+        "table_bytes_start": warm.table.table_bytes,
+        "table_bytes_end": last.table.table_bytes,
+        "index_bytes_start": warm.table.index_bytes,
+        "index_bytes_end": last.table.index_bytes,
+        "live_tuples_start": warm.table.live_tuples,
+        "live_tuples_end": last.table.live_tuples,
+        "dead_tuples_max": max(iv.table.dead_tuples for iv in intervals),
+        "autovacuums": last.table.autovacuums,
+        "autovacuums_steady": last.table.autovacuums - warm.table.autovacuums,
+        "deleted_tuples": last.table.deleted_tuples,
         "claim_p99_ms_first": first.claim_p99_ms,
         "claim_p99_ms_last": last.claim_p99_ms,
         "rss_bytes_start": warm.rss_bytes,
@@ -679,11 +666,11 @@ def interval_table(intervals: Sequence[Interval]) -> str:
             f"{iv.finished_per_s:,.0f}",
             f"{iv.backlog:,}",
             f"{iv.oldest_age:.1f}",
-            f"{iv.table_bytes / MB:.1f}",
-            f"{iv.index_bytes / MB:.1f}",
-            f"{iv.live_tuples:,}",
-            f"{iv.dead_tuples:,}",
-            str(iv.autovacuums),
+            f"{iv.table.table_bytes / MB:.1f}",
+            f"{iv.table.index_bytes / MB:.1f}",
+            f"{iv.table.live_tuples:,}",
+            f"{iv.table.dead_tuples:,}",
+            str(iv.table.autovacuums),
             _ms(iv.claim_p50_ms),
             _ms(iv.claim_p99_ms),
             f"{iv.rss_bytes / MB:.0f}",
