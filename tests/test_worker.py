@@ -494,3 +494,37 @@ async def test_worker_prune_round_removes_everything_eligible(
     assert rows(dsn, "SELECT status, count(*) FROM {s}.jobs GROUP BY 1", schema) == [
         ("succeeded", 1)
     ]
+
+
+async def test_an_extra_claimer_failing_stops_the_worker_with_its_error(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """An unexpected error in an extra claimer must not vanish (the worker going on with one
+    claimer less, the error seen by nobody): it ends the worker as the primary's would."""
+    app = _app(dsn, schema)
+
+    @app.task(name="noop")
+    async def noop(ctx: leaseq.JobContext, payload: Any) -> None:
+        await asyncio.sleep(0.01)
+
+    client.enqueue_many([{"task": "noop"} for _ in range(200)])
+    worker = leaseq.Worker(
+        app, _config(concurrency=8, batch_size=2, claims_in_flight=2, drain=False, listen=False)
+    )
+    claim = worker.client.claim
+    in_flight = 0
+
+    async def failing_second_claim(*args: Any, **kwargs: Any) -> list[leaseq.Lease]:
+        nonlocal in_flight
+        in_flight += 1
+        try:
+            if in_flight >= 2:
+                raise RuntimeError("claimer bug")
+            leases: list[leaseq.Lease] = await claim(*args, **kwargs)
+            return leases
+        finally:
+            in_flight -= 1
+
+    worker.client.claim = failing_second_claim  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="claimer bug"):
+        await asyncio.wait_for(worker.run(), 20)

@@ -350,9 +350,10 @@ class Worker:
             self._busy.set()
             self._helper_slot_freed.set()
             # Not suppressing CancelledError here: a cancelled worker must stay cancelled.
-            for outcome in await asyncio.gather(*helpers, return_exceptions=True):
-                if isinstance(outcome, Exception):
-                    log.error("a claimer failed: %s", outcome, exc_info=outcome)
+            outcomes = await asyncio.gather(*helpers, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome  # as the primary's own error would
 
     async def _primary_claims(self) -> None:
         cfg = self.config
@@ -395,6 +396,13 @@ class Worker:
     async def _helper_claims(self) -> None:
         """An extra claimer: idle unless the last claim came back full; never polls, and
         leaves outages to the primary loop (which backs off and reports them)."""
+        try:
+            await self._helper_loop()
+        except Exception:
+            self.stop()  # an error the primary would have died of stops the worker too
+            raise
+
+    async def _helper_loop(self) -> None:
         # The stop is checked after every wait: a claim that ends after the fetch loop's
         # final "wake up" may clear _busy again, and waiting for it then would hang the
         # shutdown (seen once when a busy worker got SIGTERM).
