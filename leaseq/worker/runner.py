@@ -512,9 +512,8 @@ class Worker:
         services = None if task is None else self._services_for(task)
         running = _Running(lease, JobContext(lease, self.worker_id, services), task, deadline)
         self._running[running.key] = running
-        running.task = asyncio.create_task(
-            self._run_job(running), name=f"leaseq-job-{lease.job_id}"
-        )
+        # Unnamed: a name costs a formatted string per job (job ids are in the logs).
+        running.task = asyncio.create_task(self._run_job(running))
 
     def _services_for(self, task: Task) -> JobServices:
         services = self._services.get(task.name)
