@@ -350,17 +350,6 @@ class WorkerMetrics:
         self.db_connections = make("leaseq_worker_db_connections")
         self.database_up = make("leaseq_database_up")
         self.database_up.set(1)
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-
-    def labelled(self, metric: Any, *values: str) -> Any:
-        """``metric.labels(*values)``, remembered: the worker records metrics for every job,
-        and prometheus_client validates and locks on each labels() call. The label values
-        are bounded (queues, outcomes, codes), so the memo is too."""
-        key = (id(metric), values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*values)
-        return child
 
     def error_code(self, code: str) -> str:
         if code in self._codes:

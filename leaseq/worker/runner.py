@@ -477,7 +477,7 @@ class Worker:
         self.metrics.claim_statement.observe(time.monotonic() - sent)
         self.stats.claimed += len(leases)
         if leases:
-            self.metrics.labelled(self.metrics.claimed, queue.name).inc(len(leases))
+            self.metrics.claimed.labels(queue.name).inc(len(leases))
             waited = self.metrics.claim_latency.labels(queue.name)
             for lease in leases:
                 if lease.claimed_at is not None and lease.available_at is not None:
