@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    dsn = args.dsn or __import__("leaseq.embedded").embedded.embedded_dsn()
+    dsn = args.dsn or __import__("leaseq.dev.embedded").dev.embedded.embedded_dsn()
     results: dict[str, list[float]] = {"plain": [], "separate": [], "fenced": []}
     for _ in range(args.repeat):
         for mode in results:

@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    dsn = args.dsn or __import__("leaseq.embedded").embedded.embedded_dsn()
+    dsn = args.dsn or __import__("leaseq.dev.embedded").dev.embedded.embedded_dsn()
     results: dict[str, list[float]] = {"keyless": [], "keyed": []}
     for _ in range(args.repeat):
         for mode in results:

@@ -1670,7 +1670,7 @@ def resolve_bench_dsn(explicit: str | None) -> str:
     from_env = os.environ.get("LEASEQ_DSN", "").strip()
     if from_env:
         return from_env
-    from leaseq.embedded import embedded_dsn
+    from leaseq.dev.embedded import embedded_dsn
 
     return embedded_dsn()
 

@@ -828,7 +828,7 @@ def embedded() -> None:
 @embedded.command("status")
 @click.option("--json", "as_json", is_flag=True)
 def embedded_status(as_json: bool) -> None:
-    from leaseq.embedded import EmbeddedServer, default_data_dir
+    from leaseq.dev.embedded import EmbeddedServer, default_data_dir
 
     info = EmbeddedServer(default_data_dir()).status()
     if as_json:
@@ -844,7 +844,7 @@ def embedded_status(as_json: bool) -> None:
 
 @embedded.command("stop")
 def embedded_stop() -> None:
-    from leaseq.embedded import EmbeddedServer, default_data_dir
+    from leaseq.dev.embedded import EmbeddedServer, default_data_dir
 
     stopped = EmbeddedServer(default_data_dir()).stop()
     click.echo("stopped" if stopped else "was not running")

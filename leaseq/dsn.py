@@ -18,7 +18,7 @@ def resolve_dsn(dsn: str | None = None) -> str:
     if from_env:
         return from_env
     # Imported late: starting a private server is the fallback, not the normal path.
-    from leaseq.embedded import embedded_dsn
+    from leaseq.dev.embedded import embedded_dsn
 
     return embedded_dsn()
 

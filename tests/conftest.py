@@ -18,7 +18,7 @@ import pytest
 from psycopg import sql
 
 import leaseq
-from leaseq.embedded import EmbeddedServer, default_data_dir
+from leaseq.dev.embedded import EmbeddedServer, default_data_dir
 
 
 def _test_data_dir() -> pathlib.Path:

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from leaseq.codes import ErrorCode
 from leaseq.errors import ConfigError
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _NAME_RE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION_RE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+_CODE_RE = re.compile(r"\{code:(\w+)\}")
 
 
 def check_schema_name(schema: str) -> str:
@@ -32,8 +34,20 @@ def _render(text: str, schema: str) -> str:
     return text.replace("{schema}", '"' + check_schema_name(schema) + '"')
 
 
+def _codes(text: str) -> str:
+    """``{code:NAME}`` becomes the value of ``ErrorCode.NAME``; an unknown name fails at load."""
+
+    def value(m: re.Match[str]) -> str:
+        try:
+            return ErrorCode[m.group(1)].value
+        except KeyError:
+            raise RuntimeError(f"queries.sql names unknown error code {m.group(1)}") from None
+
+    return _CODE_RE.sub(value, text)
+
+
 def _parse_queries(text: str) -> dict[str, str]:
-    parts = _NAME_RE.split(text)
+    parts = _NAME_RE.split(_codes(text))
     # parts = [preamble, name1, body1, name2, body2, ...]
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):

@@ -332,7 +332,7 @@ WITH d AS (
       END,
       lease_owner = NULL,
       lease_expires_at = NULL,
-      last_error_code = 'LEASE_EXPIRED',
+      last_error_code = '{code:LEASE_EXPIRED}',
       last_error_class = 'transient',
       last_error_detail = 'lease of ' || j.lease_owner || ' expired at ' || j.lease_expires_at
   FROM d
@@ -346,7 +346,7 @@ INSERT INTO {schema}.job_events
   (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
    error_class, detail)
 SELECT id, 'lease_expired', 'running', status, %(actor)s, lease_token, attempt_count,
-       'LEASE_EXPIRED', 'transient',
+       '{code:LEASE_EXPIRED}', 'transient',
        CASE status WHEN 'cancelled' THEN 'cancel requested' ELSE reason END
          || ': ' || last_error_detail
 FROM upd

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from leaseq import validate as checks
+from leaseq.codes import ErrorCode
 from leaseq.errors import ConfigError, LeaseqError
 from leaseq.models import Lease
 
@@ -15,8 +16,6 @@ if TYPE_CHECKING:
     from leaseq.client import Client
     from leaseq.client_async import AsyncClient
     from leaseq.worker.effects import EffectSite, FencedTransaction, Reconciler
-
-LEASE_LOST = "LEASE_LOST"
 
 
 class JobAborted(LeaseqError):
@@ -114,7 +113,7 @@ class JobContext:
     @property
     def lease_lost(self) -> bool:
         """True once the lease is known to be gone; the result will not be reported."""
-        return self._abort == LEASE_LOST
+        return self._abort == ErrorCode.LEASE_LOST
 
     @property
     def aborted(self) -> str | None:
@@ -123,7 +122,7 @@ class JobContext:
 
     @property
     def cancel_requested(self) -> bool:
-        return self._abort == "CANCELLED"
+        return self._abort == ErrorCode.CANCELLED
 
     def progress(self, note: Any = None) -> None:
         """Report progress. Under the default renewal policy the lease is renewed only while
@@ -137,7 +136,9 @@ class JobContext:
         if reason is not None:
             message = f"job {self.job_id} (token {self.fencing_token}) aborted: {reason}"
             raise (
-                LeaseLost(reason, message) if reason == LEASE_LOST else JobAborted(reason, message)
+                LeaseLost(reason, message)
+                if reason == ErrorCode.LEASE_LOST
+                else JobAborted(reason, message)
             )
         self._last_progress = time.monotonic()
         self.progress_note = note
@@ -192,9 +193,9 @@ class JobContext:
 
     def _joined(self, ok: bool) -> None:
         if not ok:
-            self.abort(LEASE_LOST)
+            self.abort(ErrorCode.LEASE_LOST)
             raise LeaseLost(
-                LEASE_LOST, f"job {self.job_id} (token {self.fencing_token}): lease lost"
+                ErrorCode.LEASE_LOST, f"job {self.job_id} (token {self.fencing_token}): lease lost"
             )
         self._completion_pending = True
 

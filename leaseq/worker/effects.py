@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from leaseq import validate
+from leaseq.codes import ErrorCode
 from leaseq.errors import PayloadError, Permanent
 from leaseq.models import EffectRecord
 
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
     from leaseq.client import Client
     from leaseq.client_async import AsyncClient
     from leaseq.worker.context import JobContext
-
-UNCERTAIN_EFFECT = "UNCERTAIN_EFFECT"
 
 
 class EffectDecision(enum.StrEnum):
@@ -57,7 +56,7 @@ class UncertainEffect(Permanent):
 
     def __init__(self, record: EffectRecord, why: str) -> None:
         super().__init__(
-            UNCERTAIN_EFFECT,
+            ErrorCode.UNCERTAIN_EFFECT,
             f"effect {record.name!r}{' key ' + repr(record.key) if record.key else ''} was "
             f"started by attempt {record.attempt} (token {record.lease_token}) and never "
             f"recorded done; {why}",
@@ -115,9 +114,9 @@ def effect_flow(name: str, key: str) -> Generator[_Step, Any, Any]:
         if decision is EffectDecision.DEAD:
             raise UncertainEffect(record, "stopping for a human instead of repeating it")
     if not (yield _Start()):
-        from leaseq.worker.context import LEASE_LOST, LeaseLost
+        from leaseq.worker.context import LeaseLost
 
-        raise LeaseLost(LEASE_LOST, f"lease lost before effect {name!r} could start")
+        raise LeaseLost(ErrorCode.LEASE_LOST, f"lease lost before effect {name!r} could start")
     try:
         result = yield _Call()
     except EffectNotPerformed as exc:
@@ -219,9 +218,7 @@ async def run_effect_async(site: EffectSite, client: AsyncClient, fn: Callable[[
 
 def _note_lost(site: EffectSite, started: bool) -> None:
     if not started:
-        from leaseq.worker.context import LEASE_LOST
-
-        site.ctx.abort(LEASE_LOST)
+        site.ctx.abort(ErrorCode.LEASE_LOST)
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -265,12 +262,12 @@ class FencedTransaction:
         self._tx_cm: Any = None
 
     def _lost(self) -> BaseException:
-        from leaseq.worker.context import LEASE_LOST, LeaseLost
+        from leaseq.worker.context import LeaseLost
 
-        self._ctx.abort(LEASE_LOST)
+        self._ctx.abort(ErrorCode.LEASE_LOST)
         lease = self._ctx.lease
         return LeaseLost(
-            LEASE_LOST,
+            ErrorCode.LEASE_LOST,
             f"job {lease.job_id} (token {lease.token}): lease lost; transaction rolled back",
         )
 

@@ -30,6 +30,7 @@ from typing import Any
 from leaseq.app import App, Task
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
+from leaseq.codes import ErrorCode
 from leaseq.errors import Permanent, Retry
 from leaseq.metrics import WorkerMetrics
 from leaseq.models import Failure, Lease
@@ -38,7 +39,7 @@ from leaseq.retry import ErrorClass
 from leaseq.states import JobStatus
 from leaseq.worker.completer import Completer
 from leaseq.worker.config import QueueSettings, WorkerConfig
-from leaseq.worker.context import LEASE_LOST, JobAborted, JobContext, JobServices
+from leaseq.worker.context import JobAborted, JobContext, JobServices
 from leaseq.worker.fairness import WeightedShares
 from leaseq.worker.listener import Listener
 from leaseq.worker.outage import TRANSIENT, Outage
@@ -65,15 +66,6 @@ def _job_fields(lease: Lease) -> dict[str, Any]:
         "token": lease.token,
     }
 
-
-UNKNOWN_TASK = "UNKNOWN_TASK"
-UNSUPPORTED_PAYLOAD_VERSION = "UNSUPPORTED_PAYLOAD_VERSION"
-INVALID_PAYLOAD = "INVALID_PAYLOAD"
-COMPLETION_NOT_COMMITTED = "COMPLETION_NOT_COMMITTED"
-NO_PROGRESS = "NO_PROGRESS"
-MAX_RUNTIME_EXCEEDED = "MAX_RUNTIME_EXCEEDED"
-CANCELLED = "CANCELLED"
-WORKER_SHUTDOWN = "WORKER_SHUTDOWN"
 
 #: Rows per retention batch: small, so each delete holds its locks and WAL burst briefly.
 PRUNE_BATCH = 1000
@@ -323,7 +315,7 @@ class Worker:
             log.warning("abandoning %d running job(s) at shutdown; they will be retried", len(left))
             self.stats.abandoned_at_shutdown = len(left)
             for running in left:
-                self._abort(running, WORKER_SHUTDOWN)
+                self._abort(running, ErrorCode.WORKER_SHUTDOWN)
             # Give the fenced failure reports a moment; whatever does not make it expires.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(5.0, self.config.op_timeout)):
@@ -563,7 +555,7 @@ class Worker:
             return outcome
         return Failure(
             lease,
-            COMPLETION_NOT_COMMITTED,
+            ErrorCode.COMPLETION_NOT_COMMITTED,
             error_class=ErrorClass.TRANSIENT,
             detail="ctx.complete_in() was called but its transaction did not commit",
             policy=running.task_def.retry if running.task_def else None,
@@ -574,7 +566,7 @@ class Worker:
         lease, reason = running.lease, running.ctx.aborted
         if reason is not None and not running.abort_counted:
             self._count_abort(running, reason)  # the handler's own ctx found it out
-        if reason == LEASE_LOST:
+        if reason == ErrorCode.LEASE_LOST:
             return False  # someone else may own the job now: report nothing, ever
         if running.ctx.completed:
             # A fenced transaction already committed the completion with the handler's
@@ -646,7 +638,7 @@ class Worker:
         if task is None:
             return Failure(
                 lease,
-                UNKNOWN_TASK,
+                ErrorCode.UNKNOWN_TASK,
                 error_class=ErrorClass.PERMANENT,
                 detail=f"no handler registered for task {lease.task!r} in this worker's app",
             )
@@ -713,7 +705,7 @@ class Worker:
         running.abort_counted = True
         self.metrics.leases_lost.labels(reason).inc()
         self.stats.aborted[reason] = self.stats.aborted.get(reason, 0) + 1
-        if reason == LEASE_LOST:
+        if reason == ErrorCode.LEASE_LOST:
             self.stats.lost_leases += 1
 
     def _sync_client(self) -> Client:
@@ -761,13 +753,13 @@ class Worker:
             if not self._watched(running):
                 continue
             if running.deadline <= now:
-                self._abort(running, LEASE_LOST)
+                self._abort(running, ErrorCode.LEASE_LOST)
                 continue
             task = running.task_def
             if running.started_at is None or task is None:
                 continue
             if task.max_runtime is not None and now - running.started_at > task.max_runtime:
-                self._abort(running, MAX_RUNTIME_EXCEEDED)
+                self._abort(running, ErrorCode.MAX_RUNTIME_EXCEEDED)
 
     def _deserves_renewal(self, running: _Running, now: float) -> bool:
         if running.ctx.aborted is not None:
@@ -786,7 +778,7 @@ class Worker:
             # No progress within a lease length: stop before the lease runs out, and report
             # it (fenced, while the lease still holds) so the retry policy applies at once.
             if running not in keep and self._watched(running):
-                self._abort(running, NO_PROGRESS)
+                self._abort(running, ErrorCode.NO_PROGRESS)
         by_length: dict[float, list[_Running]] = {}
         for running in keep:
             by_length.setdefault(running.lease.lease_seconds, []).append(running)
@@ -808,11 +800,11 @@ class Worker:
             for running in group:
                 if running.key in result.lost:
                     if running.key in self._running:
-                        self._abort(running, LEASE_LOST)
+                        self._abort(running, ErrorCode.LEASE_LOST)
                 else:
                     running.deadline = sent + seconds
                     if running.lease.job_id in result.cancel_requested:
-                        self._abort(running, CANCELLED)
+                        self._abort(running, ErrorCode.CANCELLED)
 
     async def _sweep_loop(self) -> None:
         actor = f"sweeper:{self.worker_id}"
@@ -882,7 +874,7 @@ def _prepare_payload(task: Task, lease: Lease) -> tuple[Any, Failure | None]:
     if versions is not None and lease.payload_version not in versions:
         return None, Failure(
             lease,
-            UNSUPPORTED_PAYLOAD_VERSION,
+            ErrorCode.UNSUPPORTED_PAYLOAD_VERSION,
             error_class=ErrorClass.PERMANENT,
             detail=(
                 f"payload version {lease.payload_version} is not one task {task.name} "
@@ -896,7 +888,7 @@ def _prepare_payload(task: Task, lease: Lease) -> tuple[Any, Failure | None]:
     except Exception as exc:
         return None, Failure(
             lease,
-            INVALID_PAYLOAD,
+            ErrorCode.INVALID_PAYLOAD,
             error_class=ErrorClass.PERMANENT,
             detail=f"{type(exc).__name__}: {exc}",
         )
@@ -904,18 +896,18 @@ def _prepare_payload(task: Task, lease: Lease) -> tuple[Any, Failure | None]:
 
 def _abort_detail(reason: str, running: _Running) -> str:
     task = running.task_def
-    if reason == NO_PROGRESS:
+    if reason == ErrorCode.NO_PROGRESS:
         return (
             f"no progress reported for {running.lease.lease_seconds:g}s (the lease length); "
             "call ctx.progress() or register the task with renew='alive'"
         )
-    if reason == MAX_RUNTIME_EXCEEDED and task is not None:
+    if reason == ErrorCode.MAX_RUNTIME_EXCEEDED and task is not None:
         return f"ran longer than max_runtime={task.max_runtime:g}s"
-    if reason == CANCELLED:
+    if reason == ErrorCode.CANCELLED:
         return "cancel requested by an operator"
-    if reason == WORKER_SHUTDOWN:
+    if reason == ErrorCode.WORKER_SHUTDOWN:
         return "worker shut down before the job finished"
-    if reason == LEASE_LOST:
+    if reason == ErrorCode.LEASE_LOST:
         return "lease lost (expired or taken over); result will not be reported"
     return reason
 

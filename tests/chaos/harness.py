@@ -76,10 +76,10 @@ import psycopg.conninfo
 from psycopg import sql
 
 import leaseq
-from leaseq.embedded import EmbeddedServer
+from leaseq.dev.embedded import EmbeddedServer
 from tests.chaos.app import EFFECTS_TABLE, MAX_ATTEMPTS, POISON_CODE, effects_ddl
-from tests.faults import FaultProxy
-from tests.procs import WorkerProcess
+from tests.support.faults import FaultProxy
+from tests.support.procs import WorkerProcess
 
 APP = "tests.chaos.app:app"
 SCHEMA = "chaos"
@@ -146,7 +146,7 @@ class ChaosConfig:
     def command(self) -> str:
         """The command that runs this configuration again (same schedule, same jobs)."""
         command = (
-            f"python tools/chaos.py --seed {self.seed} --jobs {self.jobs} "
+            f"python -m tests.chaos --seed {self.seed} --jobs {self.jobs} "
             f"--seconds {self.seconds:g} --workers {self.workers} "
             f"--concurrency {self.concurrency} --lease {self.lease:g} --sweep {self.sweep:g} "
             f"--fault-gap {self.fault_gap:g} --margin {self.margin:g} "

@@ -3,7 +3,7 @@ faults (kill -9, SIGSTOP past the lease, pg_terminate_backend, PostgreSQL restar
 stalled and half-open connections), then the invariant checks of tests/chaos/harness.py.
 
 The fixed seed always runs. More seeds: ``LEASEQ_CHAOS_SEEDS=random`` (one random seed,
-printed) or ``LEASEQ_CHAOS_SEEDS=12,34``. Longer runs by hand: ``python tools/chaos.py``.
+printed) or ``LEASEQ_CHAOS_SEEDS=12,34``. Longer runs by hand: ``python -m tests.chaos``.
 A failure names its seed and the command that replays the same fault schedule.
 """
 
@@ -27,7 +27,7 @@ from tests.chaos.harness import (
     make_schedule,
     run_chaos,
 )
-from tests.procs import WorkerProcess
+from tests.support.procs import WorkerProcess
 
 FIXED_SEED = 20261202
 

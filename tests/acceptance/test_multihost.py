@@ -18,10 +18,9 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 import leaseq
-
-from .faults import FaultProxy
-from .helpers import rows
-from .procs import WorkerProcess, wait_for
+from tests.support.faults import FaultProxy
+from tests.support.helpers import rows
+from tests.support.procs import WorkerProcess, wait_for
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Run the leaseq chaos harness by hand, longer than CI does.
 
-    python tools/chaos.py --jobs 100000 --minutes 10 --workers 4 --seed 7
+    python -m tests.chaos --jobs 100000 --minutes 10 --workers 4 --seed 7
 
 Starts a private PostgreSQL, worker processes behind fault proxies, and a seeded fault
 schedule (kill -9, SIGSTOP past the lease, pg_terminate_backend, PostgreSQL restarts,
@@ -21,10 +21,7 @@ import pathlib
 import random
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.chaos.harness import ChaosConfig, fingerprint, run_chaos  # noqa: E402
+from tests.chaos.harness import ChaosConfig, fingerprint, run_chaos
 
 
 def main(argv: list[str] | None = None) -> int:

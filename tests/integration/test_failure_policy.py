@@ -17,10 +17,9 @@ from psycopg import sql
 
 import leaseq
 from leaseq import JobStatus
+from tests.support.helpers import rows, run_sql
 
-from .helpers import rows, run_sql
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 FAST = leaseq.RetryPolicy(base=0.001, cap=0.01)
 
 

@@ -12,7 +12,9 @@ import pytest
 
 import leaseq
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+BASIC_APP = "tests.support.apps.basic:app"
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def run(
@@ -89,9 +91,12 @@ def test_dead_list_replay_and_cancel(dsn: str, schema: str, client: leaseq.Clien
         (["enqueue", "t", "--max-attempts", "0"], "max_attempts must be between"),
         (["jobs", "show", "abc"], "not a valid integer"),
         (["worker", "no_such_module:app"], "cannot import"),
-        (["worker", "tests.apps.basic:app", "--concurrency", "-1"], "concurrency must be"),
-        (["worker", "tests.apps.basic:app", "--lease-seconds", "0"], "lease_seconds must be"),
-        (["worker", "tests.apps.basic"], "expected MODULE:APP"),
+        (["worker", BASIC_APP, "--concurrency", "-1"], "concurrency must be"),
+        (
+            ["worker", BASIC_APP, "--lease-seconds", "0"],
+            "lease_seconds must be",
+        ),
+        (["worker", "tests.support.apps.basic"], "expected MODULE:APP"),
         (["frobnicate"], "No such command"),
     ],
 )
@@ -120,7 +125,7 @@ def test_malformed_dsn_is_one_line(schema: str) -> None:
 
 
 def test_unmigrated_schema_says_what_to_do(dsn: str, schema: str) -> None:
-    result = run(dsn, schema, "worker", "tests.apps.basic:app", "--burst", ok=False)
+    result = run(dsn, schema, "worker", BASIC_APP, "--burst", ok=False)
     assert result.returncode == 1
     assert "run `leaseq migrate`" in result.stderr
 

@@ -12,7 +12,7 @@ import pytest
 from leaseq.errors import ConfigError
 from leaseq.sql import Queries, check_schema_name, latest_version, migrations
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_statement_the_code_names_exists() -> None:

@@ -19,9 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import leaseq
 from leaseq.metrics import METRICS, exported_names
-
-from .helpers import expire_lease, rows, run_sql
-from .procs import ROOT, WorkerProcess, wait_for
+from tests.support.helpers import expire_lease, rows, run_sql
+from tests.support.procs import ROOT, WorkerProcess, wait_for
 
 
 def _free_port() -> int:
@@ -221,7 +220,7 @@ def test_json_logs_carry_job_fields_and_no_payload(
             "--log-format",
             "json",
             "worker",
-            "tests.apps.basic:app",
+            "tests.support.apps.basic:app",
             "--burst",
         ],
         env=env,

@@ -13,9 +13,8 @@ import pytest
 
 import leaseq
 from leaseq import JobStatus
-
-from .faults import FaultProxy
-from .procs import WorkerProcess, wait_for
+from tests.support.faults import FaultProxy
+from tests.support.procs import WorkerProcess, wait_for
 
 LEASE = 1.5
 SWEEP = 0.3

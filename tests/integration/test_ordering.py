@@ -19,9 +19,8 @@ import pytest
 import leaseq
 from leaseq import JobStatus
 from leaseq.worker.fairness import WeightedShares
-
-from .helpers import make_available, rows
-from .procs import ROOT
+from tests.support.helpers import make_available, rows
+from tests.support.procs import ROOT
 
 FAST = leaseq.RetryPolicy(base=0.001, cap=0.01)
 

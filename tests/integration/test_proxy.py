@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from tests.faults import FaultProxy
+from tests.support.faults import FaultProxy
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import leaseq
 from leaseq import JobStatus
-
-from .helpers import make_available
+from tests.support.helpers import make_available
 
 
 def _app(dsn: str, schema: str) -> leaseq.App:

@@ -15,8 +15,7 @@ from psycopg import sql
 
 import leaseq
 from leaseq import JobStatus
-
-from .helpers import expire_lease, make_available, rows, run_sql
+from tests.support.helpers import expire_lease, make_available, rows, run_sql
 
 
 def test_claim_sets_lease_from_database_time(client: leaseq.Client, dsn: str, schema: str) -> None:

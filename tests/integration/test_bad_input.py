@@ -16,9 +16,8 @@ import pytest
 
 import leaseq
 from leaseq import JobStatus
-
-from .helpers import rows, run_sql
-from .procs import ROOT
+from tests.support.helpers import rows, run_sql
+from tests.support.procs import ROOT
 
 HOSTILE_NAMES = [
     "x'; DROP TABLE jobs; --",
@@ -62,7 +61,7 @@ def test_hostile_names_through_the_cli_are_refused_in_one_line(
         ("enqueue", name),
         ("enqueue", "t", "--queue", name),
         ("dead", "list", "--queue", name),
-        ("worker", "tests.apps.basic:app", "--queue", name),
+        ("worker", "tests.support.apps.basic:app", "--queue", name),
     ):
         result = _cli(dsn, schema, *args)
         if args[0] == "dead" and result.returncode == 0:
@@ -127,7 +126,7 @@ def test_a_dsn_pointing_nowhere_is_one_line_for_every_command(schema: str) -> No
         ("migrate",),
         ("status",),
         ("enqueue", "t"),
-        ("worker", "tests.apps.basic:app"),
+        ("worker", "tests.support.apps.basic:app"),
         ("dead", "list"),
         ("jobs", "show", "1"),
     ):
@@ -139,7 +138,7 @@ def test_a_schema_newer_than_the_code_stops_the_worker_with_one_line(
     dsn: str, schema: str, client: leaseq.Client
 ) -> None:
     run_sql(dsn, "INSERT INTO {s}.schema_version (version, name) VALUES (999, 'future')", schema)
-    line = _one_line_error(_cli(dsn, schema, "worker", "tests.apps.basic:app", "--burst"))
+    line = _one_line_error(_cli(dsn, schema, "worker", "tests.support.apps.basic:app", "--burst"))
     assert "newer than this leaseq understands" in line and "upgrade leaseq" in line
     line = _one_line_error(_cli(dsn, schema, "migrate"))
     assert "upgrade leaseq" in line
@@ -151,10 +150,10 @@ def test_absurd_numbers_are_refused(dsn: str, schema: str, client: leaseq.Client
         ("enqueue", "t", "--delay", "nan"),
         ("enqueue", "t", "--delay", "-5"),
         ("enqueue", "t", "--max-attempts", "100000000"),
-        ("worker", "tests.apps.basic:app", "--lease-seconds", "inf"),
-        ("worker", "tests.apps.basic:app", "--concurrency", "0"),
-        ("worker", "tests.apps.basic:app", "--batch-size", "5000"),
-        ("worker", "tests.apps.basic:app", "--retention", "forever-ish"),
+        ("worker", "tests.support.apps.basic:app", "--lease-seconds", "inf"),
+        ("worker", "tests.support.apps.basic:app", "--concurrency", "0"),
+        ("worker", "tests.support.apps.basic:app", "--batch-size", "5000"),
+        ("worker", "tests.support.apps.basic:app", "--retention", "forever-ish"),
         ("dead", "list", "--limit", "0"),
         ("jobs", "show", "99999999999999999999999"),
     ):

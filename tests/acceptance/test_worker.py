@@ -21,10 +21,11 @@ import pytest
 
 import leaseq
 from leaseq import JobStatus, Permanent, Retry
+from tests.support.helpers import expire_lease, rows, run_sql
 
-from .helpers import expire_lease, rows, run_sql
+BASIC_APP = "tests.support.apps.basic:app"
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _app(dsn: str, schema: str) -> leaseq.App:
@@ -245,7 +246,7 @@ def _leaseq(*args: str) -> list[str]:
 def test_cli_worker_burst_drains_and_reports(dsn: str, schema: str, client: leaseq.Client) -> None:
     client.enqueue_many([{"task": "noop"} for _ in range(500)])
     result = subprocess.run(
-        _leaseq("worker", "tests.apps.basic:app", "--burst", "--concurrency", "20"),
+        _leaseq("worker", BASIC_APP, "--burst", "--concurrency", "20"),
         env=_worker_env(dsn, schema),
         capture_output=True,
         text=True,
@@ -264,7 +265,14 @@ def test_seed_2_worker_killed_after_claim_is_reclaimed_and_runs_once_more(
     marker = tmp_path / "started"
     job_id = client.enqueue("touch_then_sleep", {"marker": str(marker), "seconds": 60})
     victim = subprocess.Popen(
-        _leaseq("worker", "tests.apps.basic:app", "--lease-seconds", "2", "--poll-interval", "0.1"),
+        _leaseq(
+            "worker",
+            BASIC_APP,
+            "--lease-seconds",
+            "2",
+            "--poll-interval",
+            "0.1",
+        ),
         env=_worker_env(dsn, schema),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -292,7 +300,7 @@ def test_seed_2_worker_killed_after_claim_is_reclaimed_and_runs_once_more(
     survivor = subprocess.run(
         _leaseq(
             "worker",
-            "tests.apps.basic:app",
+            BASIC_APP,
             "--drain",
             "--poll-interval",
             "0.05",

@@ -13,8 +13,7 @@ from psycopg import sql
 import leaseq
 from leaseq import JobStatus
 from leaseq.client_async import notify_channel
-
-from .helpers import rows
+from tests.support.helpers import rows
 
 
 def _listener(dsn: str, schema: str) -> psycopg.Connection[tuple[object, ...]]:

@@ -19,9 +19,10 @@ from psycopg import sql
 
 import leaseq
 from leaseq import JobStatus
+from tests.support.helpers import expire_lease, make_available, rows, run_sql
+from tests.support.procs import WorkerProcess, wait_for
 
-from .helpers import expire_lease, make_available, rows, run_sql
-from .procs import WorkerProcess, wait_for
+EFFECTS_APP = "tests.support.apps.effects:app"
 
 
 class PaymentService:
@@ -89,7 +90,12 @@ def _kill_mid_call_then_recover(
     marker = tmp_path / f"{task}-called"
     job_id = client.enqueue(task, {"url": url, "marker": str(marker)})
     with WorkerProcess(
-        dsn, schema, "--poll-interval", "0.05", log_dir=tmp_path, app="tests.apps.effects:app"
+        dsn,
+        schema,
+        "--poll-interval",
+        "0.05",
+        log_dir=tmp_path,
+        app=EFFECTS_APP,
     ) as a:
         wait_for(marker.exists, 30, "the first attempt to make its call")
         a.signal(signal.SIGKILL)  # after the call, before anything recorded it
@@ -104,7 +110,7 @@ def _kill_mid_call_then_recover(
         "--sweep-interval",
         "0.1",
         log_dir=tmp_path,
-        app="tests.apps.effects:app",
+        app=EFFECTS_APP,
     ) as b:
         assert b.wait(60) == 0, b.output()
     job = client.get_job(job_id)

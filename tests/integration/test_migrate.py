@@ -10,8 +10,7 @@ import pytest
 
 import leaseq
 from leaseq.sql import latest_version
-
-from .helpers import rows, run_sql
+from tests.support.helpers import rows, run_sql
 
 
 def test_migrate_records_version_and_is_idempotent(dsn: str, schema: str) -> None:

@@ -1,4 +1,4 @@
-"""Tasks used by tests that run real worker processes (`leaseq worker tests.apps.basic:app`)."""
+"""Tasks for tests that run real worker processes (`tests.support.apps.basic:app`)."""
 
 from __future__ import annotations
 

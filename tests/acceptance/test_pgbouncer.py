@@ -20,9 +20,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import leaseq
 from leaseq import JobStatus
-
-from .helpers import expire_lease, make_available, rows
-from .procs import WorkerProcess
+from tests.support.helpers import expire_lease, make_available, rows
+from tests.support.procs import WorkerProcess
 
 PGBOUNCER = shutil.which("pgbouncer") or (
     "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None

@@ -10,11 +10,11 @@ import sys
 import time
 from collections.abc import Callable
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 class WorkerProcess:
-    """``leaseq worker tests.apps.basic:app ARGS`` as a child process, output to a file."""
+    """``leaseq worker tests.support.apps.basic:app ARGS`` as a child process, output to a file."""
 
     def __init__(
         self,
@@ -22,7 +22,7 @@ class WorkerProcess:
         schema: str,
         *args: str,
         log_dir: pathlib.Path,
-        app: str = "tests.apps.basic:app",
+        app: str = "tests.support.apps.basic:app",
         global_args: tuple[str, ...] = (),
         wrapper: tuple[str, ...] = (),
     ) -> None:

@@ -18,11 +18,10 @@ import pytest
 
 import leaseq
 from leaseq import JobStatus
-from leaseq.embedded import EmbeddedServer
+from leaseq.dev.embedded import EmbeddedServer
 from leaseq.worker.listener import LISTENER_APPLICATION_NAME
-
-from .helpers import rows
-from .procs import WorkerProcess, alive, children, wait_for
+from tests.support.helpers import rows
+from tests.support.procs import WorkerProcess, alive, children, wait_for
 
 
 def _count(dsn: str, schema: str, where: str) -> int:

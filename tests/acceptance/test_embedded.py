@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from leaseq.embedded import (
+from leaseq.dev.embedded import (
     DEFAULT_PORT,
     EmbeddedServer,
     default_data_dir,
@@ -32,7 +32,7 @@ from leaseq.embedded import (
 )
 from leaseq.errors import EmbeddedError
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 _ENV_VARS = ("LEASEQ_EMBEDDED_DIR", "LEASEQ_EMBEDDED_PORT", "LEASEQ_PG_BINDIR")
 
 
@@ -300,7 +300,7 @@ def test_concurrent_start_on_fresh_dir(scratch: pathlib.Path) -> None:
     start_at = time.time() + 1.5
     code = (
         "import sys, time\n"
-        "from leaseq.embedded import EmbeddedServer\n"
+        "from leaseq.dev.embedded import EmbeddedServer\n"
         "server = EmbeddedServer(sys.argv[1])\n"
         "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
         "print(server.ensure_running())\n"

@@ -1,0 +1,32 @@
+"""Error codes leaseq itself writes to ``last_error_code`` and the event trail: the one
+source for Python and for the SQL (``queries.sql`` names them as ``{code:NAME}``, checked
+against this enum when the statements are loaded). Handlers' own codes are free text."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    #: The sweeper found the lease expired (worker crashed, stalled or lost its connection).
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+    #: The worker's local deadline passed without a confirmed renewal: it stopped the handler.
+    LEASE_LOST = "LEASE_LOST"
+    #: No handler for the job's task in this worker's app.
+    UNKNOWN_TASK = "UNKNOWN_TASK"
+    #: The job's payload version is not one the task accepts.
+    UNSUPPORTED_PAYLOAD_VERSION = "UNSUPPORTED_PAYLOAD_VERSION"
+    #: The task's validate hook refused the payload, or the stored row cannot be decoded.
+    INVALID_PAYLOAD = "INVALID_PAYLOAD"
+    #: The handler's fenced transaction could not commit its completion.
+    COMPLETION_NOT_COMMITTED = "COMPLETION_NOT_COMMITTED"
+    #: No ``ctx.progress()`` within a lease length (renew="progress").
+    NO_PROGRESS = "NO_PROGRESS"
+    #: The task's ``max_runtime`` passed.
+    MAX_RUNTIME_EXCEEDED = "MAX_RUNTIME_EXCEEDED"
+    #: An operator asked for the job to be cancelled while it ran.
+    CANCELLED = "CANCELLED"
+    #: The worker shut down before the handler finished.
+    WORKER_SHUTDOWN = "WORKER_SHUTDOWN"
+    #: An external effect was started and its outcome could not be established.
+    UNCERTAIN_EFFECT = "UNCERTAIN_EFFECT"
