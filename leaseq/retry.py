@@ -30,6 +30,24 @@ class ErrorClass(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
+def backoff(
+    attempt: int,
+    *,
+    base: float,
+    cap: float,
+    factor: float = 2.0,
+    jitter: float = 1.0,
+    rng: Callable[[], float] = random.random,
+) -> float:
+    """The one back-off formula: ``ceiling = min(cap, base * factor**(attempt-1))``, then a
+    delay drawn uniformly from ``[ceiling * (1 - jitter), ceiling]`` (``jitter=1`` is full
+    jitter, ``0.5`` keeps at least half, ``0`` none). ``attempt`` counts from 1; overflow-safe.
+    Job retries (``RetryPolicy``), outage reconnects, the listener and the supervisor use it."""
+    exponent = max(0, attempt - 1)
+    ceiling = cap if exponent > 1000 else float(min(cap, base * factor**exponent))
+    return ceiling * (1.0 - jitter * rng())
+
+
 #: Exception-type → class rules, as a mapping or (type, class) pairs; first match wins.
 ErrorRules = Mapping[type[BaseException], str] | Iterable[tuple[type[BaseException], str]]
 
@@ -60,15 +78,12 @@ class RetryPolicy:
 
     def ceiling(self, attempt: int) -> float:
         """Largest delay the policy may choose after ``attempt`` failed."""
-        exponent = max(0, attempt - 1)
-        if exponent > 1000:  # factor**exponent would overflow long before mattering
-            return self.cap
-        return float(min(self.cap, self.base * self.factor**exponent))
+        return backoff(attempt, base=self.base, cap=self.cap, factor=self.factor, jitter=0.0)
 
     def delay(self, attempt: int, retry_in: float | None = None) -> float:
         if retry_in is not None:
             return float(min(max(0.0, retry_in), self.cap))
-        return self.rng() * self.ceiling(attempt)
+        return self.ceiling(attempt) * self.rng()
 
 
 def _rules(rules: ErrorRules | None) -> list[tuple[type[BaseException], ErrorClass]]:

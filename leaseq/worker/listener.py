@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 
 import psycopg
@@ -13,6 +12,7 @@ from psycopg import sql
 
 from leaseq.client_async import AsyncClient
 from leaseq.errors import LeaseqError
+from leaseq.retry import backoff
 from leaseq.worker.outage import first_line
 
 log = logging.getLogger("leaseq.worker")
@@ -50,6 +50,7 @@ class Listener:
         )
 
     async def run(self) -> None:
+        failures = 0
         delay = 0.1
         while True:
             try:
@@ -59,7 +60,7 @@ class Listener:
                         sql.SQL("LISTEN {}").format(sql.Identifier(self._client.channel))
                     )
                     self.connected = True
-                    delay = 0.1
+                    failures, delay = 0, 0.1
                     # Something may have been enqueued while we were not listening.
                     self._wake.set()
                     async for note in conn.notifies():
@@ -81,5 +82,6 @@ class Listener:
                     first_line(exc),
                     delay,
                 )
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 10.0)
+            await asyncio.sleep(delay)
+            failures += 1
+            delay = backoff(failures + 1, base=0.1, cap=10.0, jitter=0.5)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
+
+from leaseq.retry import backoff
 
 log = logging.getLogger("leaseq.worker")
 
@@ -86,5 +87,4 @@ class Outage:
             self._failures = 0
 
     def backoff(self) -> float:
-        ceiling = min(self._cap, self._base * 2 ** min(self._failures, 20))
-        return random.uniform(ceiling / 2, ceiling)
+        return backoff(self._failures + 1, base=self._base, cap=self._cap, jitter=0.5)

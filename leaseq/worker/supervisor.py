@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 
+from leaseq.retry import backoff
+
 log = logging.getLogger("leaseq.supervisor")
 
 #: A child that ran at least this long before dying is restarted at once.
@@ -90,7 +92,11 @@ class Supervisor:
                         continue
                     ran = now - slot.started
                     slot.failures = 0 if ran >= HEALTHY_RUN else slot.failures + 1
-                    delay = min(RESTART_DELAY_CAP, 0.5 * 2**slot.failures) if slot.failures else 0
+                    delay = (
+                        backoff(slot.failures + 1, base=0.5, cap=RESTART_DELAY_CAP, jitter=0.0)
+                        if slot.failures
+                        else 0.0
+                    )
                     slot.restart_at = now + delay
                     log.warning(
                         "worker process %d (pid %d) exited with %s after %.1fs; "
