@@ -1,0 +1,206 @@
+-- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
+-- the version below, written out in one place to read.
+--
+-- schema version: 6
+--
+-- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
+-- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
+-- migrations and one from this file and requires the two to be identical (tables, columns,
+-- constraints, indexes, views, types, functions and the recorded versions), so a new
+-- migration must come with its change here. {schema} is replaced by the quoted schema
+-- identifier, as in the migrations. Column order is the order the migrations produce.
+
+-- The versions applied, one row per migration (written by `leaseq migrate`).
+CREATE TABLE {schema}.schema_version (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+INSERT INTO {schema}.schema_version (version, name) VALUES
+  (1, 'initial'),
+  (2, 'failure_policy'),
+  (3, 'effects'),
+  (4, 'queue_stats'),
+  (5, 'ordering'),
+  (6, 'key_heads');
+
+CREATE TYPE {schema}.job_status AS ENUM (
+  'pending', 'running', 'succeeded', 'dead', 'cancelled'
+);
+
+-- The seed's column names are kept (queue_name ... finished_at): tools and operators rely on
+-- them.
+CREATE TABLE {schema}.jobs (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  queue_name text NOT NULL,
+  task text NOT NULL,
+  payload jsonb NOT NULL,
+  status {schema}.job_status NOT NULL DEFAULT 'pending',
+  -- Claim order; may grow with priority aging (base_priority keeps the enqueue value).
+  priority integer NOT NULL DEFAULT 0,
+  available_at timestamptz NOT NULL DEFAULT now(),
+  attempt_count integer NOT NULL DEFAULT 0,
+  max_attempts integer NOT NULL DEFAULT 8,
+  -- The lease: owner and expiry (database time); the token grows with every claim and
+  -- fences every later write of the attempt.
+  lease_owner text,
+  lease_token bigint NOT NULL DEFAULT 0,
+  lease_expires_at timestamptz,
+  last_error_code text,
+  last_error_detail text,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  started_at timestamptz,
+  heartbeat_at timestamptz,
+  finished_at timestamptz,
+  cancel_requested_at timestamptz,
+  payload_version integer,
+  last_error_class text,
+  -- Failures of unknown cause get a smaller budget than transient ones; counted apart.
+  unknown_failures integer NOT NULL DEFAULT 0,
+  idempotency_key text,
+  ordering_key text,
+  -- A keyed job behind its key's head: pending, but outside the claim index.
+  blocked boolean NOT NULL DEFAULT false,
+  -- What a dead head does to its key: block (wait for replay or skip) or skip.
+  key_policy text NOT NULL DEFAULT 'block',
+  -- An operator skipped this dead head: it no longer blocks its key.
+  key_skipped boolean NOT NULL DEFAULT false,
+  -- The priority given at enqueue; `priority` may grow with aging.
+  base_priority integer NOT NULL DEFAULT 0,
+  CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
+  CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
+  -- A running job always has an owner and an expiry; no other state keeps either, so a
+  -- half-cleared lease can never be mistaken for ownership.
+  CONSTRAINT jobs_lease_iff_running CHECK (
+    (status = 'running') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)
+  ),
+  CONSTRAINT jobs_error_detail_bounded CHECK (length(last_error_detail) <= 4000),
+  CONSTRAINT jobs_error_code_bounded CHECK (length(last_error_code) <= 64),
+  CONSTRAINT jobs_error_class_known
+    CHECK (last_error_class IN ('permanent', 'transient', 'unknown')),
+  CONSTRAINT jobs_idempotency_key_bounded CHECK (length(idempotency_key) <= 200),
+  CONSTRAINT jobs_ordering_key_bounded CHECK (length(ordering_key) <= 200),
+  CONSTRAINT jobs_key_policy_known CHECK (key_policy IN ('block', 'skip')),
+  CONSTRAINT jobs_only_keyed_jobs_block CHECK (NOT blocked OR ordering_key IS NOT NULL)
+);
+
+-- The claim reads this index in order and stops at LIMIT; only claimable pending rows live
+-- in it, so finished history and blocked per-key backlogs do not slow claims down.
+CREATE INDEX jobs_claimable_idx
+  ON {schema}.jobs (queue_name, priority DESC, available_at, id)
+  WHERE status = 'pending' AND NOT blocked;
+
+-- The sweep looks only at running rows whose lease ran out.
+CREATE INDEX jobs_expired_lease_idx
+  ON {schema}.jobs (lease_expires_at)
+  WHERE status = 'running';
+
+-- Dead jobs are an operational state: listing them by queue and age must stay cheap.
+CREATE INDEX jobs_dead_idx
+  ON {schema}.jobs (queue_name, finished_at)
+  WHERE status = 'dead';
+
+-- A key's live jobs in order: finds a key's head and the next job to unblock.
+CREATE INDEX jobs_ordering_idx
+  ON {schema}.jobs (ordering_key, id)
+  WHERE ordering_key IS NOT NULL AND status IN ('pending', 'running', 'dead');
+
+-- A key's current head(s) without walking its backlog: at most one entry per key.
+CREATE INDEX jobs_key_heads_idx
+  ON {schema}.jobs (ordering_key)
+  WHERE ordering_key IS NOT NULL AND status = 'pending' AND NOT blocked;
+
+-- Every transition other than claim and succeed leaves a row here, written by the same
+-- statement that makes the transition, so the trail can never disagree with the job. No
+-- foreign key: the trail outlives jobs that retention or a purge removed.
+CREATE TABLE {schema}.job_events (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  job_id bigint NOT NULL,
+  at timestamptz NOT NULL DEFAULT now(),
+  event text NOT NULL,
+  from_status {schema}.job_status,
+  to_status {schema}.job_status,
+  actor text,
+  lease_token bigint,
+  attempt integer,
+  error_code text,
+  detail text,
+  error_class text,
+  CONSTRAINT job_events_detail_bounded CHECK (length(detail) <= 4000)
+);
+
+CREATE INDEX job_events_job_idx ON {schema}.job_events (job_id, id);
+
+-- One row per external effect a job declared ("charge-card", optionally per key). A row left
+-- 'started' by an earlier attempt means the outcome is uncertain: the effect may or may not
+-- have happened, and a reconcile hook (or a human) must decide before anything is repeated.
+CREATE TABLE {schema}.job_effects (
+  job_id bigint NOT NULL,
+  name text NOT NULL,
+  key text NOT NULL DEFAULT '',
+  status text NOT NULL,
+  attempt integer NOT NULL,
+  lease_token bigint NOT NULL,
+  started_at timestamptz NOT NULL DEFAULT now(),
+  finished_at timestamptz,
+  result jsonb,
+  error text,
+  PRIMARY KEY (job_id, name, key),
+  CONSTRAINT job_effects_status_known CHECK (status IN ('started', 'done', 'failed')),
+  CONSTRAINT job_effects_error_bounded CHECK (length(error) <= 4000),
+  CONSTRAINT job_effects_name_bounded CHECK (length(name) <= 128 AND length(key) <= 200)
+);
+
+-- The whole audit trail with the job it belongs to: `leaseq jobs show` for psql users.
+-- A LEFT JOIN, because the trail outlives jobs that retention or a purge removed.
+CREATE VIEW {schema}.job_history AS
+SELECT e.job_id, e.id AS event_id, e.at, e.event, e.from_status, e.to_status, e.actor,
+       e.lease_token, e.attempt, e.error_code, e.error_class, e.detail,
+       j.queue_name, j.task, j.status AS current_status
+FROM {schema}.job_events AS e
+LEFT JOIN {schema}.jobs AS j ON j.id = e.job_id;
+
+-- Dead jobs as an operational list: what failed, how, and for how long it has waited.
+CREATE VIEW {schema}.dead_jobs AS
+SELECT id, queue_name, task, last_error_code, last_error_class, last_error_detail,
+       attempt_count, max_attempts, created_at, finished_at, now() - finished_at AS dead_for
+FROM {schema}.jobs
+WHERE status = 'dead';
+
+-- Per-queue health for psql users, `leaseq status` and the metrics endpoint. Each part reads
+-- one partial index (pending, running, dead), so it stays cheap however much finished
+-- history the table holds.
+CREATE VIEW {schema}.queue_stats AS
+WITH pending AS (
+  SELECT queue_name,
+         count(*) FILTER (WHERE available_at <= now()) AS ready,
+         count(*) FILTER (WHERE available_at > now()) AS scheduled,
+         min(available_at) FILTER (WHERE available_at <= now()) AS oldest_ready
+  FROM {schema}.jobs
+  WHERE status = 'pending'
+  GROUP BY queue_name
+), running AS (
+  SELECT queue_name,
+         count(*) AS running,
+         count(*) FILTER (WHERE lease_expires_at < now() + interval '10 seconds') AS near_expiry
+  FROM {schema}.jobs
+  WHERE status = 'running'
+  GROUP BY queue_name
+), dead AS (
+  SELECT queue_name, count(*) AS dead, min(finished_at) AS oldest_dead
+  FROM {schema}.jobs
+  WHERE status = 'dead'
+  GROUP BY queue_name
+)
+SELECT queue_name,
+       coalesce(ready, 0) AS ready,
+       coalesce(scheduled, 0) AS scheduled,
+       coalesce(running, 0) AS running,
+       coalesce(dead, 0) AS dead,
+       coalesce(extract(epoch FROM now() - oldest_ready), 0)::float8 AS oldest_ready_age,
+       coalesce(extract(epoch FROM now() - oldest_dead), 0)::float8 AS oldest_dead_age,
+       coalesce(near_expiry, 0) AS near_expiry
+FROM pending
+FULL JOIN running USING (queue_name)
+FULL JOIN dead USING (queue_name);
