@@ -52,7 +52,8 @@ class MetricSpec:
     help: str
 
 
-#: Every metric leaseq exports. README's table is generated from this list.
+#: Every metric leaseq exports. docs/metrics.md is generated from this list by
+#: tools/gen_docs.py (a unit test fails when the page is stale).
 METRICS: tuple[MetricSpec, ...] = (
     # -- worker ------------------------------------------------------------------------
     MetricSpec(
