@@ -2,6 +2,11 @@
 
 import sys
 
-from bench.sustained.cli import main
+try:
+    from bench.sustained.cli import main
+except ModuleNotFoundError as exc:
+    if exc.name != "psutil":
+        raise
+    sys.exit("sustained: error: psutil is not installed (pip install -e '.[bench]')")
 
 sys.exit(main())
