@@ -38,6 +38,7 @@ from bench.harness import (
     require_packages,
     worker_pythonpath,
 )
+from bench.peers import DSN_ENV
 
 PEER_TIMEOUT = 600.0  # longest a peer's setup or drain subprocess may take
 
@@ -50,7 +51,7 @@ def pgqueuer_concurrency(settings: Settings) -> int:
 def run_peer(settings: Settings, peer: str, *args: str) -> tuple[float, str]:
     """``python -P -m bench.peers PEER ARGS``: (wall seconds, its stdout)."""
     env = dict(os.environ)
-    env["BENCH_PEER_DSN"] = settings.dsn  # by env, not argv: keeps a password out of `ps`
+    env[DSN_ENV] = settings.dsn  # by env, not argv: keeps a password out of `ps`
     env["PYTHONPATH"] = worker_pythonpath(env.get("PYTHONPATH", ""))
     command = [sys.executable, "-P", "-m", "bench.peers", peer, *args]
     started = time.perf_counter()
