@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import time
-import uuid
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 import leaseq
+from bench.db import connect, fresh_schema
+from bench.harness import resolve_bench_dsn
 
 
 async def _drain(dsn: str, schema: str, mode: str, jobs: int) -> float:
@@ -57,27 +57,19 @@ async def _drain(dsn: str, schema: str, mode: str, jobs: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", default=os.environ.get("LEASEQ_DSN"))
+    parser.add_argument("--dsn", default=None, help="default: env LEASEQ_DSN, else embedded")
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    dsn = args.dsn or __import__("leaseq.dev.embedded").dev.embedded.embedded_dsn()
+    dsn = resolve_bench_dsn(args.dsn)
     results: dict[str, list[float]] = {"plain": [], "separate": [], "fenced": []}
     for _ in range(args.repeat):
         for mode in results:
-            schema = f"bench_tx_{uuid.uuid4().hex[:8]}"
-            client = leaseq.Client(dsn, schema=schema)
-            client.migrate()
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL("CREATE TABLE {}.ledger (job_id bigint)").format(sql.Identifier(schema))
-                )
-            try:
-                results[mode].append(asyncio.run(_drain(dsn, schema, mode, args.jobs)))
-            finally:
-                client.close()
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+            with fresh_schema(dsn, "tx") as client:
+                ledger = sql.SQL("CREATE TABLE {}.ledger (job_id bigint)")
+                with connect(dsn) as conn:
+                    conn.execute(ledger.format(sql.Identifier(client.schema)))
+                results[mode].append(asyncio.run(_drain(dsn, client.schema, mode, args.jobs)))
     med = {mode: statistics.median(v) for mode, v in results.items()}
     for mode, values in results.items():
         print(f"{mode:9} {med[mode]:8.0f} jobs/s  (min {min(values):.0f}, max {max(values):.0f})")

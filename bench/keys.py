@@ -12,15 +12,12 @@ the ratio keyed / keyless.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
-import uuid
-
-import psycopg
-from psycopg import sql
 
 import leaseq
+from bench.db import connect, fresh_schema, vacuum_analyze
+from bench.harness import resolve_bench_dsn
 
 
 def _fill(client: leaseq.Client, pending: int, keys: int | None) -> None:
@@ -46,29 +43,22 @@ def _time_claims(client: leaseq.Client, claims: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", default=os.environ.get("LEASEQ_DSN"))
+    parser.add_argument("--dsn", default=None, help="default: env LEASEQ_DSN, else embedded")
     parser.add_argument("--pending", type=int, default=100_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--claims", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    dsn = args.dsn or __import__("leaseq.dev.embedded").dev.embedded.embedded_dsn()
+    dsn = resolve_bench_dsn(args.dsn)
     results: dict[str, list[float]] = {"keyless": [], "keyed": []}
     for _ in range(args.repeat):
         for mode in results:
-            schema = f"bench_keys_{uuid.uuid4().hex[:8]}"
-            client = leaseq.Client(dsn, schema=schema)
-            try:
-                client.migrate()
+            with fresh_schema(dsn, "keys") as client:
                 _fill(client, args.pending, args.keys if mode == "keyed" else None)
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(sql.Identifier(schema)))
+                with connect(dsn) as conn:
+                    vacuum_analyze(conn, client.schema)
                 took = _time_claims(client, args.claims)
                 results[mode].append(statistics.mean(took))
-            finally:
-                client.close()
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
     med = {mode: statistics.median(v) for mode, v in results.items()}
     print(
         f"{args.pending:,} pending; keyed: over {args.keys:,} ordering keys; "

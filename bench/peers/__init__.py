@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 
 DSN_ENV = "BENCH_PEER_DSN"
-ENQUEUE_CHUNK = 5000  # jobs per bulk enqueue statement in setup (PREP_CHUNK in run.py)
+ENQUEUE_CHUNK = 5000  # jobs per bulk enqueue statement in setup (PREP_CHUNK in bench/db.py)
 
 
 def parse(argv: Sequence[str] | None, prog: str, drivers: Sequence[str] = ()) -> argparse.Namespace:

@@ -1,0 +1,89 @@
+"""The sustained run's data: its options, and what each sample reads (the jobs table's
+statistics, a worker's /metrics, a snapshot of everything, the interval between two)."""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+
+Buckets = tuple[tuple[float, float], ...]  # a cumulative histogram: (le, count), +Inf last
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """The jobs table as the statistics collector sees it (lags by about a second)."""
+
+    table_bytes: int
+    index_bytes: int
+    live_tuples: int
+    dead_tuples: int
+    autovacuums: int
+    last_autovacuum: str | None
+    autoanalyzes: int
+    deleted_tuples: int  # rows deleted since the table was created: the prune's work
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """The two worker metrics a sample needs, from one /metrics response."""
+
+    finished: float  # leaseq_jobs_finished_total, all queues and outcomes
+    claim_buckets: Buckets
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything read at one sampling moment; an interval is the difference of two."""
+
+    at: float  # time.monotonic() of the scrape
+    offered: int  # jobs the producer had enqueued
+    behind: int  # jobs the schedule wanted enqueued by now that were not (yet)
+    finished: float  # summed over the workers
+    claim_buckets: Buckets  # summed over the workers
+    backlog: int  # pending jobs (ready + scheduled)
+    running: int
+    oldest_age: float  # seconds the oldest claimable job has waited
+    table: TableStats
+    rss: tuple[int, ...]  # bytes, one per worker
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One row of the output: the interval that ended ``t`` seconds into the run."""
+
+    t: float
+    seconds: float
+    offered: int
+    finished: int
+    offered_per_s: float
+    finished_per_s: float
+    producer_behind: int
+    backlog: int
+    running: int
+    oldest_age: float
+    table: TableStats  # as sampled at the end of the interval
+    claims: int  # claim statements the workers ran in the interval
+    claim_p50_ms: float | None
+    claim_p99_ms: float | None
+    rss_bytes: int  # summed over the workers
+    rss_per_worker: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The command line, checked; ``dsn`` already resolved (flag, env, embedded)."""
+
+    dsn: str
+    minutes: float
+    rate: float
+    interval: float
+    retention: str
+    prune_interval: str
+    concurrency: int
+    batch: int
+    workers: int
+    out: pathlib.Path
+
+    @property
+    def samples(self) -> int:
+        return max(1, round(self.minutes * 60 / self.interval))
