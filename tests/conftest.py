@@ -4,6 +4,15 @@ With ``LEASEQ_TEST_DSN`` set, tests use that server. Otherwise the session start
 private cluster through leaseq's own embedded-server code (the same code users get when
 they configure no DSN), in a data directory of its own, and stops it at the end if it
 was not already running.
+
+Two ways to run the suite (both from the repository root):
+
+    .venv/bin/python -m pytest                  # everything, slow tests included (what CI runs)
+    .venv/bin/python -m pytest -m "not slow"    # the fast inner loop: no real-process crash
+                                                # runs, chaos, PgBouncer or multi-host tests
+
+A test that needs a program or privilege the machine lacks (``@pytest.mark.requires``,
+see ``tests/support/requires.py``) is skipped, except under ``CI=true``, where it fails.
 """
 
 from __future__ import annotations
@@ -19,6 +28,13 @@ from psycopg import sql
 
 import leaseq
 from leaseq.dev.embedded import EmbeddedServer, default_data_dir
+from tests.support.requires import check_marks
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.requires(...)``: skip, or fail under CI, before any fixture runs."""
+    check_marks(item)
 
 
 def _test_data_dir() -> pathlib.Path:

@@ -38,6 +38,7 @@ def run(
     return result
 
 
+@pytest.mark.slow  # a dozen CLI processes in a row
 def test_migrate_enqueue_status_show(dsn: str, schema: str) -> None:
     assert "version" in run(dsn, schema, "migrate").stdout
     assert "version" in run(dsn, schema, "migrate").stdout, "migrate is idempotent"
@@ -53,6 +54,7 @@ def test_migrate_enqueue_status_show(dsn: str, schema: str) -> None:
     assert "history:" in run(dsn, schema, "jobs", "show", str(job_id)).stdout
 
 
+@pytest.mark.slow  # a dozen CLI processes in a row
 def test_dead_list_replay_and_cancel(dsn: str, schema: str, client: leaseq.Client) -> None:
     job_id = client.enqueue("t", max_attempts=1)
     (lease,) = client.claim(worker="w")

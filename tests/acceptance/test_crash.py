@@ -7,7 +7,6 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -21,7 +20,11 @@ from leaseq import JobStatus
 from leaseq.dev.embedded import EmbeddedServer
 from leaseq.worker.listener import LISTENER_APPLICATION_NAME
 from tests.support.helpers import rows
+from tests.support.ports import free_port
 from tests.support.procs import WorkerProcess, alive, children, wait_for
+from tests.support.requires import require
+
+pytestmark = pytest.mark.slow  # real worker processes, signalled and killed
 
 
 def _count(dsn: str, schema: str, where: str) -> int:
@@ -110,11 +113,10 @@ def test_seed_9_polling_drains_while_every_listener_is_killed(
 @pytest.fixture()
 def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     """A private PostgreSQL this test may restart without disturbing the others."""
+    require("postgres-server")
     base = pathlib.Path("/var/tmp") if os.geteuid() == 0 else tmp_path_factory.mktemp("pg")
-    with socket.socket() as s:  # a free port, so this cluster never fights the main one
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = EmbeddedServer(base / f"leaseq-restart-{uuid.uuid4().hex[:8]}", port=port)
+    # A port of its own, so this cluster never fights the main one.
+    server = EmbeddedServer(base / f"leaseq-restart-{uuid.uuid4().hex[:8]}", port=free_port())
     try:
         yield server
     finally:
@@ -122,7 +124,6 @@ def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSer
         shutil.rmtree(server.data_dir, ignore_errors=True)
 
 
-@pytest.mark.slow
 def test_database_restart_mid_drain_loses_nothing(
     own_server: EmbeddedServer, tmp_path: pathlib.Path
 ) -> None:

@@ -16,6 +16,8 @@ from leaseq import JobStatus
 from tests.support.faults import FaultProxy
 from tests.support.procs import WorkerProcess, wait_for
 
+pytestmark = pytest.mark.slow  # two worker processes through a stalled proxy, per task kind
+
 LEASE = 1.5
 SWEEP = 0.3
 MARGIN = 0.5

@@ -31,22 +31,13 @@ from leaseq.dev.embedded import (
     find_bindir,
 )
 from leaseq.errors import EmbeddedError
+from tests.support.ports import free_port
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 _ENV_VARS = ("LEASEQ_EMBEDDED_DIR", "LEASEQ_EMBEDDED_PORT", "LEASEQ_PG_BINDIR")
 
 
-def _have_binaries() -> bool:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("LEASEQ_PG_BINDIR", raising=False)
-        try:
-            find_bindir()
-        except EmbeddedError:
-            return False
-    return True
-
-
-needs_pg = pytest.mark.skipif(not _have_binaries(), reason="PostgreSQL server binaries missing")
+needs_pg = pytest.mark.requires("postgres-server")
 
 
 def _scratch_dir() -> pathlib.Path:
@@ -61,13 +52,6 @@ def _cleanup(scratch: pathlib.Path) -> None:
         with contextlib.suppress(EmbeddedError):
             EmbeddedServer(data_dir).stop()
     shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _listen_on(port: int) -> socket.socket:
@@ -117,7 +101,7 @@ def shared() -> Iterator[EmbeddedServer]:
         with pytest.MonkeyPatch.context() as mp:
             for name in _ENV_VARS:
                 mp.delenv(name, raising=False)
-            yield EmbeddedServer(path / "pg", port=_free_port())
+            yield EmbeddedServer(path / "pg", port=free_port())
     finally:
         _cleanup(path)
 
@@ -292,10 +276,11 @@ def test_recorded_port_taken_when_starting_moves_to_a_free_one(shared: EmbeddedS
     assert EmbeddedServer(shared.data_dir).ensure_running().endswith(f":{moved}/leaseq")
 
 
+@pytest.mark.slow  # several processes race to initdb one cluster
 @needs_pg
 def test_concurrent_start_on_fresh_dir(scratch: pathlib.Path) -> None:
     data_dir = scratch / "pg"
-    port = _free_port()
+    port = free_port()
     # Each child imports first, then waits for a common instant, so the calls really overlap.
     start_at = time.time() + 1.5
     code = (
@@ -370,7 +355,7 @@ def test_deep_data_dir_gets_a_short_socket_dir(scratch: pathlib.Path) -> None:
     deep = scratch / ("d" * 60) / ("e" * 60) / "pg"
     deep.parent.parent.mkdir()
     deep.parent.parent.chmod(0o755)
-    server = EmbeddedServer(deep, port=_free_port())
+    server = EmbeddedServer(deep, port=free_port())
     socket_dir: pathlib.Path | None = None
     try:
         dsn = server.ensure_running()
@@ -388,12 +373,12 @@ def test_deep_data_dir_gets_a_short_socket_dir(scratch: pathlib.Path) -> None:
             shutil.rmtree(socket_dir, ignore_errors=True)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the cluster to another account")
+@pytest.mark.requires("root")  # only root hands the cluster to another account
 def test_root_refuses_unreachable_dir(scratch: pathlib.Path) -> None:
     closed = scratch / "closed"
     closed.mkdir(mode=0o700)
     with pytest.raises(EmbeddedError, match="not reachable by the server account"):
-        EmbeddedServer(closed / "pg", port=_free_port()).ensure_running()
+        EmbeddedServer(closed / "pg", port=free_port()).ensure_running()
 
 
 def test_bad_port_settings(scratch: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -411,7 +396,7 @@ def test_bindir_without_binaries(scratch: pathlib.Path, monkeypatch: pytest.Monk
     with pytest.raises(EmbeddedError, match=r"binaries \(initdb, pg_ctl\) not found"):
         find_bindir()
     with pytest.raises(EmbeddedError, match="not found"):
-        EmbeddedServer(scratch / "pg", port=_free_port()).ensure_running()
+        EmbeddedServer(scratch / "pg", port=free_port()).ensure_running()
     status = EmbeddedServer(scratch / "pg").status()
     assert not status.running
     assert status.bindir is None

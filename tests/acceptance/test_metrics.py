@@ -7,7 +7,6 @@ import json
 import os
 import pathlib
 import re
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -20,13 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import leaseq
 from leaseq.metrics import METRICS, exported_names
 from tests.support.helpers import expire_lease, rows, run_sql
+from tests.support.ports import free_port
 from tests.support.procs import ROOT, WorkerProcess, wait_for
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -56,7 +50,7 @@ def _value(
 def test_every_worker_metric_moves_with_its_transition(
     dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     args = (
         "--lease-seconds",
@@ -148,7 +142,7 @@ def test_database_metrics_endpoint(dsn: str, schema: str, client: leaseq.Client)
     (stale,) = client.claim("pay", worker="gone")
     expire_lease(dsn, schema, stale.job_id)
 
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, LEASEQ_DSN=dsn, LEASEQ_SCHEMA=schema)
     proc = subprocess.Popen(
         [sys.executable, "-m", "leaseq", "metrics", "serve", "--port", str(port)],

@@ -5,7 +5,6 @@ cut-off worker's late writes are refused."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 import secrets
 import signal
@@ -21,6 +20,9 @@ import leaseq
 from tests.support.faults import FaultProxy
 from tests.support.helpers import rows
 from tests.support.procs import WorkerProcess, wait_for
+from tests.support.requires import missing
+
+pytestmark = [pytest.mark.slow, pytest.mark.requires("root", "ip")]
 
 
 @dataclass
@@ -36,8 +38,6 @@ def _ip(*args: str) -> None:
 
 @pytest.fixture()
 def hosts() -> Iterator[list[Host]]:
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
     tag = secrets.token_hex(2)
     made: list[Host] = []
     try:
@@ -47,7 +47,7 @@ def hosts() -> Iterator[list[Host]]:
             try:
                 _ip("netns", "add", netns)
             except (subprocess.CalledProcessError, FileNotFoundError) as exc:
-                pytest.skip(f"network namespaces not permitted here: {exc}")
+                missing(f"network namespaces not permitted here: {exc}")
             made.append(Host(netns, ours, gateway))
             _ip("link", "add", ours, "type", "veth", "peer", "name", theirs)
             _ip("link", "set", theirs, "netns", netns)
@@ -63,7 +63,6 @@ def hosts() -> Iterator[list[Host]]:
             subprocess.run(["ip", "netns", "del", host.netns], capture_output=True, timeout=10)
 
 
-@pytest.mark.slow
 def test_cut_off_host_loses_its_leases_and_its_late_writes_are_refused(
     hosts: list[Host], dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
 ) -> None:

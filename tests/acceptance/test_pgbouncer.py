@@ -8,7 +8,6 @@ import os
 import pathlib
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,27 +20,19 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 import leaseq
 from leaseq import JobStatus
 from tests.support.helpers import expire_lease, make_available, rows
+from tests.support.ports import free_port
 from tests.support.procs import WorkerProcess
+from tests.support.requires import tool_path
 
-PGBOUNCER = shutil.which("pgbouncer") or (
-    "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None
-)
-pytestmark = pytest.mark.skipif(
-    PGBOUNCER is None, reason="pgbouncer not installed (Debian: apt-get install pgbouncer)"
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+pytestmark = [pytest.mark.slow, pytest.mark.requires("pgbouncer")]
 
 
 @pytest.fixture(scope="module")
 def bouncer_dsn(dsn: str) -> Iterator[str]:
     """A PgBouncer (transaction pooling) in front of the test server, on loopback."""
     target = conninfo_to_dict(dsn)
-    port = _free_port()
+    pgbouncer = tool_path("pgbouncer")
+    port = free_port()
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="leaseq-pgbouncer-", dir="/var/tmp"))
     (workdir / "userlist.txt").write_text(f'"{target.get("user", "leaseq")}" ""\n')
     (workdir / "pgbouncer.ini").write_text(
@@ -61,7 +52,7 @@ def bouncer_dsn(dsn: str) -> Iterator[str]:
         for item in workdir.iterdir():
             shutil.chown(item, user)
     proc = subprocess.Popen(
-        [str(PGBOUNCER), str(workdir / "pgbouncer.ini")],
+        [pgbouncer, str(workdir / "pgbouncer.ini")],
         user=user,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

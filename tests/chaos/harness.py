@@ -62,7 +62,6 @@ import pathlib
 import random
 import shutil
 import signal
-import socket
 import tempfile
 import time
 import uuid
@@ -79,6 +78,7 @@ import leaseq
 from leaseq.dev.embedded import EmbeddedServer
 from tests.chaos.app import EFFECTS_TABLE, MAX_ATTEMPTS, POISON_CODE, effects_ddl
 from tests.support.faults import FaultProxy
+from tests.support.ports import free_port
 from tests.support.procs import WorkerProcess
 
 APP = "tests.chaos.app:app"
@@ -452,7 +452,7 @@ class ChaosRun:
             f"window={cfg.seconds:g}s dir={base}"
         )
         report: ChaosReport | None = None
-        self.server = EmbeddedServer(base / "pg", port=_free_port())
+        self.server = EmbeddedServer(base / "pg", port=free_port())
         try:
             self.dsn = self.server.ensure_running()
             self._setup_db()
@@ -1037,12 +1037,6 @@ def check(
         "overlaps": overlaps,
         "violations": v,
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> ChaosReport:

@@ -48,6 +48,7 @@ def _ci_config(seed: int) -> ChaosConfig:
 
 
 @pytest.mark.slow
+@pytest.mark.requires("postgres-server")
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", _seeds())
 def test_chaos_run_keeps_every_invariant(seed: int) -> None:

@@ -120,6 +120,7 @@ def test_garbage_written_straight_into_the_table_goes_dead_and_nothing_else_suff
     assert handled == [1, 42] and stats.lost_leases == 0
 
 
+@pytest.mark.slow  # one CLI process per command
 def test_a_dsn_pointing_nowhere_is_one_line_for_every_command(schema: str) -> None:
     nowhere = "postgresql://leaseq@127.0.0.1:1/leaseq"
     for args in (
@@ -144,6 +145,7 @@ def test_a_schema_newer_than_the_code_stops_the_worker_with_one_line(
     assert "upgrade leaseq" in line
 
 
+@pytest.mark.slow  # one CLI process per absurd number
 def test_absurd_numbers_are_refused(dsn: str, schema: str, client: leaseq.Client) -> None:
     for args in (
         ("enqueue", "t", "--priority", "99999999999999999999"),

@@ -28,6 +28,7 @@ def test_migrate_records_version_and_is_idempotent(dsn: str, schema: str) -> Non
         c.close()
 
 
+@pytest.mark.slow  # six Python processes started at once
 def test_many_processes_migrating_at_once_all_succeed(dsn: str, schema: str) -> None:
     code = (
         "import leaseq, sys; "

@@ -16,6 +16,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from tests.support.faults import FaultProxy
+from tests.support.requires import missing
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -216,7 +217,7 @@ def test_stop_with_open_connections(dsn: str) -> None:
 def test_listens_on_loopback_only(proxy: FaultProxy) -> None:
     table = pathlib.Path("/proc/net/tcp")
     if not table.exists():
-        pytest.skip("needs Linux /proc/net/tcp")
+        missing("needs Linux /proc/net/tcp")
     listening = []
     for line in table.read_text().splitlines()[1:]:
         local, state = line.split()[1], line.split()[3]

@@ -557,6 +557,7 @@ def machine_dsn(dsn: str) -> Iterator[str]:
     LeaseqMachine.dsn = ""
 
 
+@pytest.mark.slow  # 100 examples of 50 steps, each on a fresh schema
 def test_random_interleavings_keep_the_invariants(
     machine_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,4 +1,5 @@
-"""Real worker processes for crash tests: start, signal, wait, read what they printed."""
+"""Real worker processes for crash tests: start, signal, wait, read what they printed; the
+state of a process (alive, stopped, its children) as psutil reads it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import sys
 import time
 from collections.abc import Callable
 
+import psutil
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+_STOPPED: str = psutil.STATUS_STOPPED
+_ZOMBIE: str = psutil.STATUS_ZOMBIE
 
 
 class WorkerProcess:
@@ -57,7 +62,7 @@ class WorkerProcess:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            if _stopped(self.proc.pid):
+            if stopped(self.proc.pid):
                 os.kill(self.proc.pid, signal.SIGCONT)
             self.proc.kill()
             self.proc.wait(10)
@@ -70,32 +75,32 @@ class WorkerProcess:
         self.kill()
 
 
-def _stopped(pid: int) -> bool:
+def _status(pid: int) -> str | None:
+    """The kernel's state of ``pid`` (a ``psutil.STATUS_*`` value), or None once it is gone."""
     try:
-        return pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] == "T"
-    except (OSError, IndexError):
-        return False
+        status: str = psutil.Process(pid).status()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    return status
+
+
+def stopped(pid: int) -> bool:
+    """True while ``pid`` is stopped by a signal (SIGSTOP/SIGTSTP)."""
+    return _status(pid) == _STOPPED
 
 
 def alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
-    try:
-        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+    return _status(pid) not in (None, _ZOMBIE)
 
 
 def children(pid: int) -> set[int]:
-    """Live child processes of ``pid`` (from /proc; zombies excluded)."""
-    found = set()
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[1]) == pid:
-            found.add(int(stat.parent.name))
-    return found
+    """Live child processes of ``pid`` (zombies excluded)."""
+    try:
+        kids = psutil.Process(pid).children()
+    except psutil.NoSuchProcess:
+        return set()
+    return {kid.pid for kid in kids if alive(kid.pid)}
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
