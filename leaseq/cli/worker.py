@@ -31,6 +31,8 @@ from leaseq.worker.supervisor import Supervisor
 
 ENV_PREFIX = "LEASEQ_WORKER_"
 
+start_log = logging.getLogger("leaseq.start")
+
 
 def load_app(ref: str) -> App:
     """Import ``module:attribute`` (the current directory is importable) and check it is an App."""
@@ -203,10 +205,9 @@ def worker(
         raise ConfigError("--worker-id names one process; it cannot be used with --processes")
     # The process is leaseq's own: the *_created series would only double the scrape.
     disable_created_metrics()  # type: ignore[no-untyped-call]
-    click.echo(
-        f"leaseq worker: serving {describe_dsn(app.client.dsn())} (schema {app.schema})",
-        err=True,
-    )
+    # Always shown, in the chosen log format: which database this worker serves.
+    start_log.setLevel(logging.INFO)
+    start_log.info("worker serving %s (schema %s)", describe_dsn(app.client.dsn()), app.schema)
     if processes > 1:
         command = [sys.executable, "-m", "leaseq", *child_argv(sys.argv[1:])]
         sys.exit(Supervisor(command, processes, restart=not (config.burst or config.drain)).run())

@@ -217,4 +217,7 @@ def test_falling_back_to_the_embedded_server_is_loud_unless_asked_for(
 
 def test_worker_says_which_database_it_serves(dsn: str, schema: str, client: leaseq.Client) -> None:
     result = run(dsn, schema, "worker", BASIC_APP, "--burst")
-    assert f"serving {describe_dsn(dsn)} (schema {schema})" in result.stderr
+    assert f"worker serving {describe_dsn(dsn)} (schema {schema})" in result.stderr
+    as_json = run(dsn, schema, "--log-format", "json", "worker", BASIC_APP, "--burst")
+    (line,) = as_json.stderr.strip().splitlines()
+    assert json.loads(line)["message"].startswith("worker serving postgresql://"), line

@@ -50,7 +50,7 @@ def test_supervisor_runs_exactly_n_workers(
             # Every process prints its start line once it is set up; a child that became a
             # supervisor itself would have started its own children right after it.
             wait_for(
-                lambda: supervisor.output().count("leaseq worker: serving") >= 3,
+                lambda: supervisor.output().count("worker serving postgresql://") >= 3,
                 30,
                 "the supervisor and two workers to start",
             )
@@ -58,7 +58,7 @@ def test_supervisor_runs_exactly_n_workers(
             seen = _descendants(supervisor.pid)
             assert len(children(supervisor.pid)) == 2, supervisor.output()
             assert len(seen) == 2, f"{len(seen)} processes below the supervisor"
-            assert supervisor.output().count("leaseq worker: serving") == 3
+            assert supervisor.output().count("worker serving postgresql://") == 3
             supervisor.signal(signal.SIGTERM)
             assert supervisor.wait(30) == 0, supervisor.output()
         finally:
