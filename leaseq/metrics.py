@@ -22,7 +22,6 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    disable_created_metrics,
 )
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -34,9 +33,6 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from leaseq.models import QueueStats
-
-# The *_created series double the scrape for a timestamp nobody alerts on.
-disable_created_metrics()  # type: ignore[no-untyped-call]
 
 MAX_ERROR_CODES = 50
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)

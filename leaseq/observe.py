@@ -1,5 +1,8 @@
 """A small HTTP endpoint for orchestration and scraping: /metrics, /healthz, /readyz.
 
+/metrics answers in the format the scraper's Accept header asks for (OpenMetrics or the
+Prometheus text format).
+
 Runs in a daemon thread of its own, so a busy event loop or a slow database never makes a
 scrape or a liveness probe hang the worker (and the other way round).
 """
@@ -11,7 +14,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from leaseq.errors import ConfigError
@@ -47,13 +50,15 @@ class ObservabilityServer:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
+                    # The format the scraper asks for (OpenMetrics or the text format).
+                    encoder, content_type = choose_encoder(self.headers.get("Accept") or "")
                     try:
-                        body = generate_latest(outer.registry)
+                        body = encoder(outer.registry)
                     except Exception as exc:  # a failed scrape must say why, not crash
                         log.warning("metrics scrape failed: %s", exc)
                         self._send(503, f"scrape failed: {exc}\n".encode(), "text/plain")
                         return
-                    self._send(200, body, CONTENT_TYPE_LATEST)
+                    self._send(200, body, content_type)
                 elif path == "/healthz":
                     self._send(200, b"ok\n", "text/plain")
                 elif path == "/readyz":

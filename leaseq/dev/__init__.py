@@ -1,3 +1,4 @@
 """Development-only helpers: the private PostgreSQL server that ``leaseq demo``, the test
-session and a DSN of ``embedded`` use. Nothing in the runtime imports this package unless
-no DSN was configured."""
+session and a DSN of ``embedded`` use. The client and the worker import this package only
+when no DSN was configured (or ``embedded`` was asked for); the ``leaseq embedded`` commands
+import it to manage the server."""

@@ -1,4 +1,7 @@
-"""Worker settings, checked up front so nonsense fails at start with one clear line."""
+"""Worker settings, checked up front so nonsense fails at start with one clear line.
+
+Each :class:`WorkerConfig` field also carries its command-line help (``field(metadata=...)``):
+``leaseq worker`` builds its options from these fields."""
 
 from __future__ import annotations
 
@@ -61,6 +64,16 @@ class QueueSettings:
         return cls(name, lease, batch, weight)
 
 
+def _cli(
+    help: str, *, short: str | None = None, kind: str = "", option: bool = True
+) -> dict[str, object]:
+    """What ``leaseq worker`` makes of a setting: its ``--help`` text, a short flag, and a
+    kind when the type alone does not say it (``duration``, ``duration_or_never``,
+    ``negated_flag``: a ``--no-NAME`` flag that sets False). The CLI builds its options
+    from these fields, so names, types and defaults are declared only here."""
+    return {"help": help, "short": short, "kind": kind, "option": option}
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """How a worker claims and runs jobs.
@@ -90,28 +103,78 @@ class WorkerConfig:
     - ``drain``: like burst, but also wait for scheduled retries of these queues.
     """
 
-    queues: tuple[str | QueueSettings, ...] = ("default",)
-    concurrency: int = 10
-    prefetch: int = 0
-    lease_seconds: float = 60.0
-    heartbeat_interval: float | None = None
-    batch_size: int = 100
-    claims_in_flight: int = 2
-    poll_interval: float = 2.0
-    sweep_interval: float = 15.0
-    shutdown_timeout: float = 30.0
-    op_timeout: float = 10.0
-    priority_aging: float | None = None
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
-    retention: float | None = 7 * 86400.0
-    prune_interval: float = 60.0
-    prune_share: float = 0.2
-    listen: bool = True
-    listen_dsn: str | None = None
-    burst: bool = False
-    drain: bool = False
-    worker_id: str = field(default_factory=default_worker_id)
+    queues: tuple[str | QueueSettings, ...] = field(
+        default=("default",), metadata=_cli("", option=False)
+    )
+    concurrency: int = field(default=10, metadata=_cli("Handlers running at once.", short="-c"))
+    prefetch: int = field(default=0, metadata=_cli("Leases held beyond free slots."))
+    lease_seconds: float = field(default=60.0, metadata=_cli("Lease length in seconds."))
+    heartbeat_interval: float | None = field(
+        default=None,
+        metadata=_cli("Renew leases this often (seconds). Default: a third of the lease."),
+    )
+    batch_size: int = field(default=100, metadata=_cli("Most jobs claimed in one statement."))
+    claims_in_flight: int = field(
+        default=2, metadata=_cli("Claim statements at once while the queues are busy.")
+    )
+    poll_interval: float = field(
+        default=2.0, metadata=_cli("Check the table at least this often (seconds).")
+    )
+    sweep_interval: float = field(
+        default=15.0, metadata=_cli("Recover expired leases this often (seconds).")
+    )
+    shutdown_timeout: float = field(
+        default=30.0, metadata=_cli("Seconds running jobs get to finish at shutdown.")
+    )
+    op_timeout: float = field(
+        default=10.0, metadata=_cli("Longest wait for one database statement (seconds).")
+    )
+    priority_aging: float | None = field(
+        default=None,
+        metadata=_cli(
+            "Raise a waiting job's priority by 1 per this much waiting (e.g. 30s). Default: off.",
+            kind="duration",
+        ),
+    )
+    metrics_port: int | None = field(
+        default=None, metadata=_cli("Serve /metrics, /healthz, /readyz on this port.")
+    )
+    metrics_host: str = field(default="127.0.0.1", metadata=_cli("Address of --metrics-port."))
+    retention: float | None = field(
+        default=7 * 86400.0,
+        metadata=_cli(
+            "Prune succeeded/cancelled jobs older than this (e.g. 1d), or 'never'.",
+            kind="duration_or_never",
+        ),
+    )
+    prune_interval: float = field(
+        default=60.0,
+        metadata=_cli("How often the worker prunes (until nothing is left).", kind="duration"),
+    )
+    prune_share: float = field(
+        default=0.2,
+        metadata=_cli("Most of the time pruning may spend deleting (paced batches)."),
+    )
+    listen: bool = field(
+        default=True,
+        metadata=_cli("Do not LISTEN; rely on polling only.", kind="negated_flag"),
+    )
+    listen_dsn: str | None = field(
+        default=None,
+        metadata=_cli(
+            "LISTEN over this direct connection (e.g. around PgBouncer); default: --dsn."
+        ),
+    )
+    burst: bool = field(
+        default=False, metadata=_cli("Exit once nothing is claimable and nothing runs.")
+    )
+    drain: bool = field(
+        default=False, metadata=_cli("Exit once the queues have no pending job at all.")
+    )
+    worker_id: str = field(
+        default_factory=default_worker_id,
+        metadata=_cli("Lease owner name (default host:pid:random)."),
+    )
 
     def __post_init__(self) -> None:
         settings = tuple(

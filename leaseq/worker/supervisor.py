@@ -125,20 +125,3 @@ def _final_code(code: int, *, stopping: bool) -> int:
     if stopping and code in (-signal.SIGTERM, -signal.SIGINT):
         return 0
     return code if code >= 0 else 1
-
-
-def child_command(argv: Sequence[str]) -> list[str]:
-    """The worker command line without ``--processes``, for the supervised children."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg in ("--processes", "-p"):
-            skip = True
-            continue
-        if arg.startswith("--processes="):
-            continue
-        out.append(arg)
-    return out

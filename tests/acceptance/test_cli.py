@@ -11,6 +11,8 @@ import sys
 import pytest
 
 import leaseq
+from leaseq.dev.embedded import default_data_dir
+from leaseq.dsn import describe_dsn
 
 BASIC_APP = "tests.support.apps.basic:app"
 
@@ -18,17 +20,25 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def run(
-    dsn: str | None, schema: str, *args: str, ok: bool = True
+    dsn: str | None,
+    schema: str,
+    *args: str,
+    ok: bool = True,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("LEASEQ_DSN", None)
+    environ = dict(os.environ)
+    environ.pop("LEASEQ_DSN", None)
     if dsn is not None:
-        env["LEASEQ_DSN"] = dsn
+        environ["LEASEQ_DSN"] = dsn
+    environ.update(env or {})
     result = subprocess.run(
         [sys.executable, "-m", "leaseq", "--schema", schema, *args],
-        env=env,
+        env=environ,
         capture_output=True,
-        text=True,
+        input=stdin.decode("utf-8", "surrogateescape") if stdin is not None else None,
+        encoding="utf-8",
+        errors="surrogateescape",
         timeout=120,
         cwd=ROOT,
     )
@@ -99,6 +109,7 @@ def test_dead_list_replay_and_cancel(dsn: str, schema: str, client: leaseq.Clien
             "lease_seconds must be",
         ),
         (["worker", "tests.support.apps.basic"], "expected MODULE:APP"),
+        (["worker", BASIC_APP, "--retention", "soon"], "invalid duration 'soon'"),
         (["frobnicate"], "No such command"),
     ],
 )
@@ -138,3 +149,77 @@ def test_demo_runs_end_to_end(dsn: str, schema: str) -> None:
     assert "19 succeeded, 1 dead" in out, out
     assert "emails" in out and "payments" in out
     assert "leaseq --schema" in out and "replay" in out
+
+
+def test_destructive_command_takes_no_filter_from_the_environment(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    job_id = client.enqueue("t", max_attempts=1)
+    (lease,) = client.claim(worker="w")
+    client.fail(lease, "BAD_INPUT", retryable=False)
+    stray = {"LEASEQ_DEAD_PURGE_QUEUE": "default", "LEASEQ_DEAD_PURGE_OLDER_THAN": "0s"}
+    refused = run(dsn, schema, "dead", "purge", "--reason", "x", ok=False, env=stray)
+    assert refused.returncode == 2 and "purge needs a filter" in refused.stderr
+    job = client.get_job(job_id)
+    assert job is not None and job.status == "dead"
+
+
+def test_enqueue_reads_the_payload_from_stdin_or_a_file(
+    dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
+) -> None:
+    from_stdin = int(run(dsn, schema, "enqueue", "t", "-", stdin=b'{"via": "stdin"}').stdout)
+    path = tmp_path / "payload.json"
+    path.write_text('{"via": "file", "n": [1, 2]}')
+    from_file = int(run(dsn, schema, "enqueue", "t", f"@{path}").stdout)
+    payloads = [job.payload for job in map(client.get_job, (from_stdin, from_file)) if job]
+    assert payloads == [{"via": "stdin"}, {"via": "file", "n": [1, 2]}]
+    missing = run(dsn, schema, "enqueue", "t", f"@{tmp_path / 'none.json'}", ok=False)
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    assert client.count_jobs("pending") == 2, "a payload that cannot be read stores nothing"
+
+
+@pytest.mark.parametrize(
+    ("payload", "stdin", "needle"),
+    [
+        ('"\\ud800"', None, "not valid Unicode"),
+        ("[" * 10_000 + "]" * 10_000, None, "nested too deeply"),
+        ("1" * 5_000, None, "too many digits"),
+        ("NaN", None, "NaN or Infinity"),
+        ("-", b'{"a": "\xff"}', "not UTF-8"),
+        ("-", b'{"a": ', "not valid JSON on stdin"),
+    ],
+    ids=["lone-surrogate", "deep", "long-number", "nan", "bad-utf8-stdin", "bad-json-stdin"],
+)
+def test_unstorable_payload_is_one_line_and_stores_nothing(
+    dsn: str, schema: str, client: leaseq.Client, payload: str, stdin: bytes | None, needle: str
+) -> None:
+    result = run(dsn, schema, "enqueue", "t", payload, ok=False, stdin=stdin)
+    (line,) = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and line.startswith("leaseq: error:") and needle in line, line
+    assert client.count_jobs("pending") == 0
+
+
+def _test_server_dir() -> str:
+    configured = os.environ.get("LEASEQ_TEST_EMBEDDED_DIR")
+    return configured or str(default_data_dir().parent / "test-pg")
+
+
+@pytest.mark.skipif("LEASEQ_TEST_DSN" in os.environ, reason="needs the embedded test server")
+def test_falling_back_to_the_embedded_server_is_loud_unless_asked_for(
+    schema: str, client: leaseq.Client
+) -> None:
+    # The test session's own embedded server stands in for the user's.
+    env = {"LEASEQ_EMBEDDED_DIR": _test_server_dir()}
+    fallback = run(None, schema, "status", env=env)
+    (warning,) = fallback.stderr.strip().splitlines()
+    assert "embedded" in warning and _test_server_dir() in warning and "LEASEQ_DSN" in warning
+    asked = run("embedded", schema, "status", env=env)
+    assert asked.stderr == "" and asked.stdout == fallback.stdout
+
+
+def test_worker_says_which_database_it_serves(dsn: str, schema: str, client: leaseq.Client) -> None:
+    result = run(dsn, schema, "worker", BASIC_APP, "--burst")
+    assert f"worker serving {describe_dsn(dsn)} (schema {schema})" in result.stderr
+    as_json = run(dsn, schema, "--log-format", "json", "worker", BASIC_APP, "--burst")
+    (line,) = as_json.stderr.strip().splitlines()
+    assert json.loads(line)["message"].startswith("worker serving postgresql://"), line

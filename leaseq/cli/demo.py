@@ -1,5 +1,6 @@
 """`leaseq demo`: the whole lifecycle in one command, on the embedded server by default.
 
+The command and its tasks live here; the status table comes from ``leaseq.cli.render``.
 A mixed batch shows each path of the state machine: plain successes, a transient failure
 that succeeds on its third attempt, and a malformed order that fails permanently and ends
 dead (kept, inspectable with `leaseq jobs show`, replayable with `leaseq replay`).
@@ -11,7 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import click
+
 from leaseq.app import App
+from leaseq.cli.render import render_status
+from leaseq.cli.settings import Settings, pass_settings
 from leaseq.errors import Permanent, Retry
 from leaseq.models import JobSpec
 from leaseq.retry import RetryPolicy
@@ -79,8 +84,6 @@ def run(
             state = str(job.status) if job else "missing"
             outcome[state] = outcome.get(state, 0) + 1
         echo(f"drained in {elapsed:.1f}s: " + ", ".join(f"{v} {k}" for k, v in outcome.items()))
-        from leaseq.cli import render_status
-
         echo("")
         echo(render_status(client.queue_stats(throughput=True)))
         dead = [j for j in client.list_jobs("dead", limit=1) if j.job_id in ids]
@@ -92,3 +95,12 @@ def run(
         return outcome
     finally:
         app.close()
+
+
+@click.command()
+@click.option("--jobs", "count", type=int, default=40, show_default=True)
+@click.option("--schema", "demo_schema", default="leaseq_demo", show_default=True)
+@pass_settings
+def demo(settings: Settings, count: int, demo_schema: str) -> None:
+    """Migrate, enqueue a mixed batch, drain it with a worker, print the status."""
+    run(settings.dsn, schema=demo_schema, count=count, echo=click.echo)

@@ -1,0 +1,526 @@
+"""The operator commands: migrate, enqueue, status, jobs, dead, replay, prune, cancel,
+sweep, keys, metrics and embedded. Each is a thin layer over the public client API."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pathlib
+import sys
+import time
+from typing import Any
+
+import click
+import psycopg
+from prometheus_client import disable_created_metrics
+
+from leaseq.cli.render import age, emit_json, render_status, table
+from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
+from leaseq.dev.embedded import EmbeddedServer, default_data_dir
+from leaseq.errors import ConfigError, LeaseqError
+from leaseq.metrics import METRICS, database_registry
+from leaseq.models import Job
+from leaseq.observe import ObservabilityServer
+
+
+@click.command()
+@pass_settings
+def migrate(settings: Settings) -> None:
+    """Create or upgrade the schema (idempotent; safe to run concurrently)."""
+    version = settings.client.migrate()
+    click.echo(f"schema {settings.schema!r} is at version {version}")
+
+
+def read_payload(text: str | None) -> Any:
+    """The JSON payload from the argument itself, ``-`` (stdin) or ``@PATH``.
+
+    Anything that cannot become a JSON document (bad syntax, nesting too deep for the
+    parser, a number too long to convert, text that is not valid Unicode, NaN) is a
+    one-line usage error, never a traceback.
+    """
+    if text is None:
+        return None
+    source = ""
+    try:
+        if text == "-":
+            source = " on stdin"
+            text = sys.stdin.buffer.read().decode("utf-8")
+        elif text.startswith("@"):
+            source = f" in {text[1:]}"
+            text = pathlib.Path(text[1:]).read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {text[1:]}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise click.BadParameter(f"the payload{source} is not UTF-8 text") from None
+    try:
+        value = json.loads(text)
+        # What the database will be sent: catches lone surrogates and NaN/Infinity here.
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(
+            f"not valid JSON{source} ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
+    except RecursionError:
+        raise click.BadParameter(f"the JSON payload{source} is nested too deeply") from None
+    except UnicodeError:
+        raise click.BadParameter(
+            f"the JSON payload{source} holds text that is not valid Unicode (a lone surrogate)"
+        ) from None
+    except ValueError as exc:  # too many digits in a number; NaN or Infinity
+        reason = "a number has too many digits" if "digits" in str(exc) else "NaN or Infinity"
+        raise click.BadParameter(f"the JSON payload{source} is not storable: {reason}") from None
+    return value
+
+
+@click.command()
+@click.argument("task")
+@click.argument("payload", required=False)
+@click.option("--queue", "-q", default="default", show_default=True)
+@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--delay", type=float, default=None, help="Seconds from now (database clock).")
+@click.option("--max-attempts", type=int, default=8, show_default=True)
+@click.option("--ordering-key", default=None, help="Run after earlier jobs of this key.")
+@click.option("--json", "as_json", is_flag=True, help="Print {'id': ...} as JSON.")
+@pass_settings
+def enqueue(
+    settings: Settings,
+    task: str,
+    payload: str | None,
+    queue: str,
+    priority: int,
+    delay: float | None,
+    max_attempts: int,
+    ordering_key: str | None,
+    as_json: bool,
+) -> None:
+    """Enqueue TASK with an optional JSON PAYLOAD; prints the job id.
+
+    PAYLOAD is JSON text, `-` to read it from stdin, or @PATH to read it from a file.
+    """
+    job_id = settings.client.enqueue(
+        task,
+        read_payload(payload),
+        queue=queue,
+        priority=priority,
+        delay=delay,
+        max_attempts=max_attempts,
+        ordering_key=ordering_key,
+    )
+    if as_json:
+        emit_json({"id": job_id})
+    else:
+        click.echo(job_id)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--watch", is_flag=True, help="Refresh every --interval seconds until Ctrl-C.")
+@click.option("--interval", type=float, default=2.0, show_default=True)
+@pass_settings
+def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> None:
+    """Per-queue counts and the age of the oldest claimable job."""
+    while True:
+        stats = settings.client.queue_stats(throughput=True)
+        if as_json:
+            emit_json([s.as_dict() for s in stats])
+        else:
+            if watch:
+                click.clear()
+            click.echo(render_status(stats))
+        if not watch:
+            return
+        time.sleep(interval)
+
+
+@click.group()
+def jobs() -> None:
+    """Inspect single jobs."""
+
+
+def _job_lines(job: Job) -> list[str]:
+    fields = job.as_dict()
+    payload = json.dumps(fields.pop("payload"), default=str)
+    lines = [f"{k:20} {v}" for k, v in fields.items() if k != "last_error_detail"]
+    lines.append(f"{'payload':20} {payload if len(payload) <= 500 else payload[:497] + '...'}")
+    if job.last_error_detail:
+        lines.append("last_error_detail:")
+        lines.extend("  " + line for line in job.last_error_detail.splitlines())
+    return lines
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@pass_settings
+def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
+    """A job's row and its full history of transitions."""
+    job = settings.client.get_job(job_id)
+    if job is None:
+        raise Failed(f"no job with id {job_id}")
+    events = settings.client.job_events(job_id)
+    effects = settings.client.job_effects(job_id)
+    if as_json:
+        emit_json(
+            {
+                "job": job.as_dict(),
+                "events": [e.as_dict() for e in events],
+                "effects": [f.as_dict() for f in effects],
+            }
+        )
+        return
+    click.echo("\n".join(_job_lines(job)))
+    click.echo("\nhistory:")
+    if not events:
+        click.echo("  (no transitions besides claim/succeed)")
+    rows = [
+        [
+            e.at.isoformat(timespec="seconds"),
+            e.event,
+            f"{e.from_status}->{e.to_status}",
+            e.actor or "-",
+            e.lease_token if e.lease_token is not None else "-",
+            e.attempt if e.attempt is not None else "-",
+            e.error_code or "-",
+            (e.detail or "").splitlines()[0][:60] if e.detail else "-",
+        ]
+        for e in events
+    ]
+    if rows:
+        headers = ["at", "event", "transition", "actor", "token", "attempt", "code", "detail"]
+        click.echo(table(headers, rows))
+    if effects:
+        click.echo("\neffects:")
+        state = {"started": "started (uncertain if the attempt ended)", "done": "done"}
+        effect_rows = [
+            [
+                f.name + (f":{f.key}" if f.key else ""),
+                state.get(f.status, f.status),
+                f.attempt,
+                f.lease_token,
+                f.started_at.isoformat(timespec="seconds"),
+                (f.error or "").splitlines()[0][:60] if f.error else "-",
+            ]
+            for f in effects
+        ]
+        click.echo(table(["effect", "status", "attempt", "token", "started", "error"], effect_rows))
+
+
+@click.group()
+def dead() -> None:
+    """Dead jobs: kept, inspectable, replayable."""
+
+
+def job_filters(func: Any) -> Any:
+    """The operator filter: queue, task, error code, age since the job finished.
+
+    Command line only: a filter never comes from the environment."""
+    for option in reversed(
+        [
+            click.option("--queue", "-q", default=None, help="Only this queue."),
+            click.option("--task", default=None, help="Only this task."),
+            click.option("--error-code", default=None, help="Only this last error code."),
+            click.option(
+                "--older-than", type=DURATION, default=None, help="Finished before, e.g. 2h."
+            ),
+            click.option(
+                "--newer-than", type=DURATION, default=None, help="Finished within, e.g. 30m."
+            ),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
+@dead.command("list")
+@job_filters
+@click.option("--limit", type=int, default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_settings
+def dead_list(settings: Settings, /, limit: int, as_json: bool, **filters: Any) -> None:
+    """List dead jobs, newest first."""
+    found = settings.client.list_jobs("dead", limit=limit, **filters)
+    if as_json:
+        emit_json([j.as_dict() for j in found])
+        return
+    if not found:
+        click.echo("no dead jobs")
+        return
+    now = dt.datetime.now(dt.UTC)
+    rows = [
+        [
+            j.job_id,
+            j.queue,
+            j.task,
+            j.last_error_code or "-",
+            j.last_error_class or "-",
+            j.attempt_count,
+            age((now - j.finished_at).total_seconds()) if j.finished_at else "-",
+        ]
+        for j in found
+    ]
+    click.echo(table(["id", "queue", "task", "error", "class", "attempts", "dead for"], rows))
+    total = settings.client.count_jobs("dead", **filters)
+    if total > len(found):
+        click.echo(f"({len(found)} of {total} shown; use --limit)")
+
+
+@dead.command("purge")
+@job_filters
+@click.option("--reason", required=True, help="Why they are removed; kept in the audit trail.")
+@actor_option("purges")
+@click.option("--dry-run", is_flag=True, help="Only count what would be purged.")
+@pass_settings
+def dead_purge(
+    settings: Settings, /, reason: str, actor: str, dry_run: bool, **filters: Any
+) -> None:
+    """Delete dead jobs (their audit trail stays, ending in a 'purged' row)."""
+    if filters["newer_than"] is not None:
+        raise ConfigError("purge takes --older-than, not --newer-than")
+    del filters["newer_than"]
+    if not any(v is not None for v in filters.values()):
+        raise ConfigError("purge needs a filter (e.g. --older-than 30d); it will not purge all")
+    count = settings.client.count_jobs("dead", **filters)
+    if dry_run:
+        click.echo(f"would purge {count} dead job(s)")
+        return
+    with click.progressbar(length=count, label="purging", file=sys.stderr) as bar:
+        done = settings.client.purge_dead(
+            reason=reason, actor=actor, on_progress=bar.update, **filters
+        )
+    click.echo(f"purged {done} dead job(s)")
+
+
+@click.command()
+@click.argument("job_id", type=int, required=False)
+@click.option("--reason", required=True, help="What was fixed; stored in the audit trail.")
+@actor_option("replays")
+@click.option("--allow-cancelled", is_flag=True, help="Also replay cancelled jobs.")
+@job_filters
+@click.option("--all", "everything", is_flag=True, help="Bulk: every dead job (no filter).")
+@click.option("--dry-run", is_flag=True, help="Bulk: only count what would be replayed.")
+@pass_settings
+def replay(
+    settings: Settings,
+    /,
+    job_id: int | None,
+    reason: str,
+    actor: str,
+    allow_cancelled: bool,
+    everything: bool,
+    dry_run: bool,
+    **filters: Any,
+) -> None:
+    """Bring dead jobs back to pending under the same ids (audited).
+
+    One job: `replay ID --reason ...`. Many: `replay --error-code TIMEOUT --reason ...`
+    (any of the filters, or --all), with --dry-run to count first.
+    """
+    client = settings.client
+    has_filter = any(v is not None for v in filters.values())
+    if job_id is not None:
+        if has_filter or everything or dry_run:
+            raise ConfigError("give a job id or bulk filters, not both")
+        if client.replay(job_id, reason=reason, actor=actor, allow_cancelled=allow_cancelled):
+            click.echo(f"job {job_id} replayed by {actor}")
+            return
+        job = client.get_job(job_id)
+        if job is None:
+            raise Failed(f"no job with id {job_id}")
+        allowed = "dead or cancelled" if allow_cancelled else "dead"
+        raise Failed(
+            f"job {job_id} is {job.status}, not {allowed}; only {allowed} jobs can be replayed"
+        )
+    if not (has_filter or everything):
+        raise ConfigError("give a job id, or bulk filters (--queue, --error-code, ...) or --all")
+    statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
+    count = sum(client.count_jobs(status, **filters) for status in statuses)
+    if dry_run:
+        click.echo(f"would replay {count} job(s)")
+        return
+    with click.progressbar(length=count, label="replaying", file=sys.stderr) as bar:
+        done = client.replay_many(
+            reason=reason,
+            actor=actor,
+            allow_cancelled=allow_cancelled,
+            on_progress=bar.update,
+            **filters,
+        )
+    click.echo(f"replayed {done} job(s) by {actor}")
+
+
+@click.command()
+@click.option("--older-than", type=DURATION, required=True, help="e.g. 7d")
+@click.option(
+    "--pause", type=float, default=0.05, show_default=True, help="Seconds between batches."
+)
+@pass_settings
+def prune(settings: Settings, older_than: float, pause: float) -> None:
+    """Delete succeeded and cancelled jobs finished more than --older-than ago."""
+    done = settings.client.prune(older_than=older_than, pause=pause)
+    click.echo(f"pruned {done} finished job(s)")
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.option("--reason", default=None)
+@actor_option("cancels")
+@pass_settings
+def cancel(settings: Settings, job_id: int, reason: str | None, actor: str) -> None:
+    """Cancel a pending job, or ask the worker running it to stop."""
+    if settings.client.cancel(job_id, actor=actor, reason=reason):
+        job = settings.client.get_job(job_id)
+        state = "cancelled" if job and job.status == "cancelled" else "cancel requested"
+        click.echo(f"job {job_id}: {state}")
+        return
+    job = settings.client.get_job(job_id)
+    if job is None:
+        raise Failed(f"no job with id {job_id}")
+    raise Failed(f"job {job_id} is already {job.status}; nothing to cancel")
+
+
+@click.command()
+@pass_settings
+def sweep(settings: Settings) -> None:
+    """Recover expired leases now (workers also do this on their own)."""
+    result = settings.client.sweep(actor="sweeper:cli")
+    click.echo(f"requeued {result.requeued}, dead {result.dead}, cancelled {result.cancelled}")
+
+
+@click.group()
+def keys() -> None:
+    """Ordering keys: which are blocked by a dead head, and moving past one."""
+
+
+@keys.command("blocked")
+@click.option("--limit", type=int, default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_settings
+def keys_blocked(settings: Settings, limit: int, as_json: bool) -> None:
+    """Keys whose head job is dead (policy block): later jobs of the key wait for it."""
+    found = settings.client.blocked_keys(limit=limit)
+    if as_json:
+        emit_json([k.as_dict() for k in found])
+        return
+    if not found:
+        click.echo("no blocked keys")
+        return
+    now = dt.datetime.now(dt.UTC)
+    rows = [
+        [
+            k.key,
+            k.head_job_id,
+            k.task,
+            k.error_code or "-",
+            age((now - k.dead_since).total_seconds()) if k.dead_since else "-",
+            k.waiting,
+        ]
+        for k in found
+    ]
+    click.echo(table(["key", "dead head", "task", "error", "dead for", "waiting"], rows))
+    click.echo("replay the head (leaseq replay ID) or skip it (leaseq keys skip ID --reason ...)")
+
+
+@keys.command("skip")
+@click.argument("job_id", type=int)
+@click.option("--reason", required=True, help="Why the key may move on; kept in the trail.")
+@actor_option("skips")
+@pass_settings
+def keys_skip(settings: Settings, job_id: int, reason: str, actor: str) -> None:
+    """Let a key move past its dead head JOB_ID (the head stays dead, replayable)."""
+    if settings.client.skip_dead_head(job_id, reason=reason, actor=actor):
+        click.echo(f"job {job_id} skipped by {actor}; its key moves on")
+        return
+    job = settings.client.get_job(job_id)
+    if job is None:
+        raise Failed(f"no job with id {job_id}")
+    raise Failed(f"job {job_id} is not a dead head of an ordering key (it is {job.status})")
+
+
+@click.group()
+def metrics() -> None:
+    """Prometheus metrics: the table of names, and the database-side endpoint."""
+
+
+@metrics.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def metrics_list(as_json: bool) -> None:
+    """Every metric leaseq exports: name, type, labels, where it comes from, meaning."""
+    if as_json:
+        emit_json([spec.__dict__ for spec in METRICS])
+        return
+    rows = [[m.name, m.kind, ",".join(m.labels) or "-", m.source, m.help] for m in METRICS]
+    click.echo(table(["name", "type", "labels", "source", "meaning"], rows))
+
+
+@metrics.command("serve")
+@click.option("--port", type=int, default=9464, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@pass_settings
+def metrics_serve(settings: Settings, port: int, host: str) -> None:
+    """Serve the database-derived metrics (ages, counts, dead jobs) until interrupted.
+
+    Each scrape runs a few indexed queries (see the queue_stats view); safe every 15 s."""
+    # This process is leaseq's own: the *_created series would only double the scrape.
+    disable_created_metrics()  # type: ignore[no-untyped-call]
+    client = settings.client
+    client.check_schema()
+
+    def ready() -> bool:
+        try:
+            client.schema_version()
+        except (psycopg.Error, LeaseqError):
+            return False
+        return True
+
+    registry = database_registry(lambda: (client.queue_stats(), client.database_health()))
+    server = ObservabilityServer(registry, port=port, host=host, ready=ready).start()
+    click.echo(f"serving database metrics on http://{host}:{server.port}/metrics", err=True)
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        server.stop()
+
+
+@click.group()
+def embedded() -> None:
+    """The private PostgreSQL used when no DSN is configured (or LEASEQ_DSN=embedded)."""
+
+
+@embedded.command("status")
+@click.option("--json", "as_json", is_flag=True)
+def embedded_status(as_json: bool) -> None:
+    """Whether the embedded server runs, where its data lives, its DSN."""
+    info = EmbeddedServer(default_data_dir()).status()
+    if as_json:
+        emit_json({k: str(v) if v is not None else None for k, v in info.__dict__.items()})
+        return
+    state = "running" if info.running else "stopped"
+    click.echo(f"embedded PostgreSQL: {state}")
+    click.echo(f"data directory:      {info.data_dir}")
+    if info.running:
+        click.echo(f"pid:                 {info.pid}")
+        click.echo(f"dsn:                 {info.dsn}")
+
+
+@embedded.command("stop")
+def embedded_stop() -> None:
+    """Stop the embedded server (its data stays)."""
+    stopped = EmbeddedServer(default_data_dir()).stop()
+    click.echo("stopped" if stopped else "was not running")
+
+
+COMMANDS: tuple[click.Command, ...] = (
+    migrate,
+    enqueue,
+    status,
+    jobs,
+    dead,
+    replay,
+    prune,
+    cancel,
+    sweep,
+    keys,
+    metrics,
+    embedded,
+)

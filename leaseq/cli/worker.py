@@ -1,0 +1,230 @@
+"""``leaseq worker``: run (or supervise) worker processes for an app's tasks.
+
+Its options are built from the fields of :class:`~leaseq.worker.WorkerConfig`: the name,
+type and default come from the dataclass, the help text from each field's metadata. Each
+option can also be set as ``LEASEQ_WORKER_<OPTION>`` (e.g. ``LEASEQ_WORKER_CONCURRENCY``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import sys
+import time
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import click
+from prometheus_client import disable_created_metrics
+
+from leaseq import validate
+from leaseq.app import App
+from leaseq.cli.settings import DURATION, DURATION_OR_NEVER, Settings, pass_settings
+from leaseq.dsn import describe_dsn
+from leaseq.errors import ConfigError
+from leaseq.worker import QueueSettings, WorkerConfig, run_worker
+from leaseq.worker.runner import exit_code
+from leaseq.worker.supervisor import Supervisor
+
+ENV_PREFIX = "LEASEQ_WORKER_"
+
+start_log = logging.getLogger("leaseq.start")
+
+
+def load_app(ref: str) -> App:
+    """Import ``module:attribute`` (the current directory is importable) and check it is an App."""
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"expected MODULE:APP (e.g. myproject.jobs:app), got {ref!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r}: {exc}") from None
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise ConfigError(f"{ref} is not a leaseq.App (found {type(app).__name__})")
+    return app
+
+
+def bind_app(app: App, settings: Settings) -> None:
+    """Apply the global options to the app: a given DSN or schema beats the app's own."""
+    app.prepare = app.prepare and settings.prepare
+    if settings.dsn:
+        app.dsn = settings.dsn
+    if settings.schema_given:
+        app.schema = settings.schema
+
+
+def child_argv(argv: list[str]) -> list[str]:
+    """The command line of one supervised child: the parent's, forced to one process.
+
+    Appended last, ``--processes 1`` wins over any earlier spelling (``-p2``, ``-cp 2``,
+    ``--processes=2``) and over ``LEASEQ_WORKER_PROCESSES``, which the children inherit.
+    """
+    return [*argv, "--processes", "1"]
+
+
+def _queue_settings(specs: tuple[str, ...], app: App, any_queue: bool) -> tuple[QueueSettings, ...]:
+    queues = tuple(QueueSettings.parse(spec) for spec in specs) or (QueueSettings("default"),)
+    known = {task.queue for task in app.tasks.values()}
+    unknown = [q.name for q in queues if q.name not in known]
+    if unknown and not any_queue:
+        raise ConfigError(
+            f"queue {unknown[0]!r} is not used by any task of this app (its tasks use: "
+            f"{', '.join(sorted(known)) or 'none'}); pass --any-queue to serve it anyway"
+        )
+    return queues
+
+
+def _shown(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def _option(spec: dataclasses.Field[Any], hint: Any) -> Callable[[Any], Any]:
+    """The click option of one WorkerConfig field."""
+    meta = spec.metadata
+    kind = meta["kind"]
+    default = None if spec.default is dataclasses.MISSING else spec.default
+    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+    name = spec.name.replace("_", "-")
+    if kind == "negated_flag":
+        flags = [f"--no-{name}"]
+        extra: dict[str, Any] = {"is_flag": True}
+        dest = f"no_{spec.name}"
+    elif base is bool:
+        flags, extra, dest = [f"--{name}"], {"is_flag": True}, spec.name
+    else:
+        shown: Any = True
+        if kind == "duration":
+            param_type: Any = DURATION
+            shown = default is not None and _shown(default)
+        elif kind == "duration_or_never":
+            param_type = DURATION_OR_NEVER
+            shown = "never" if default is None else _shown(default)
+        else:
+            param_type = {int: click.INT, float: click.FLOAT, str: click.STRING}[base]
+        flags = [f"--{name}"]
+        extra = {"type": param_type, "default": default, "show_default": shown}
+        dest = spec.name
+    if meta["short"]:
+        flags.append(meta["short"])
+    return click.option(
+        *flags,
+        dest,
+        help=meta["help"],
+        envvar=ENV_PREFIX + dest.upper(),
+        show_envvar=True,
+        **extra,
+    )
+
+
+def _config_fields() -> list[tuple[dataclasses.Field[Any], Any]]:
+    hints = typing.get_type_hints(WorkerConfig)
+    return [(f, hints[f.name]) for f in dataclasses.fields(WorkerConfig) if f.metadata["option"]]
+
+
+def config_options(func: Any) -> Any:
+    """Decorate ``func`` with one option per WorkerConfig field."""
+    for spec, hint in reversed(_config_fields()):
+        func = _option(spec, hint)(func)
+    return func
+
+
+def config_from_options(queues: tuple[QueueSettings, ...], options: dict[str, Any]) -> WorkerConfig:
+    """The WorkerConfig the parsed options describe (the inverse of :func:`config_options`)."""
+    values: dict[str, Any] = {}
+    for spec, _ in _config_fields():
+        if spec.metadata["kind"] == "negated_flag":
+            values[spec.name] = not options[f"no_{spec.name}"]
+        elif options[spec.name] is not None or spec.default is not dataclasses.MISSING:
+            values[spec.name] = options[spec.name]  # a factory default (worker_id) stays
+    return WorkerConfig(queues=queues, **values)
+
+
+@click.command()
+@click.argument("app_ref", metavar="MODULE:APP")
+@click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    envvar=ENV_PREFIX + "QUEUES",
+    show_envvar=True,
+    help=(
+        "Queue to serve, repeatable: NAME[=WEIGHT][:lease=SECONDS,batch=N]; weights split "
+        "the slots between queues that all have work. Default: default."
+    ),
+)
+@click.option(
+    "--any-queue",
+    is_flag=True,
+    envvar=ENV_PREFIX + "ANY_QUEUE",
+    show_envvar=True,
+    help="Allow queues no task of the app declares.",
+)
+@click.option(
+    "--processes",
+    "-p",
+    type=int,
+    default=1,
+    show_default=True,
+    envvar=ENV_PREFIX + "PROCESSES",
+    show_envvar=True,
+    help="Supervise N worker processes.",
+)
+@config_options
+@pass_settings
+def worker(
+    settings: Settings,
+    /,
+    app_ref: str,
+    queues: tuple[str, ...],
+    any_queue: bool,
+    processes: int,
+    **options: Any,
+) -> None:
+    """Run a worker for the tasks of MODULE:APP until stopped (SIGTERM/SIGINT).
+
+    Every option can also come from the environment: LEASEQ_WORKER_<OPTION>, e.g.
+    LEASEQ_WORKER_CONCURRENCY=20. Exit codes: 0 clean stop, 3 running jobs had to be
+    abandoned at shutdown (they are retried), 1 error, 2 bad configuration.
+    """
+    app = load_app(app_ref)
+    bind_app(app, settings)
+    config = config_from_options(_queue_settings(queues, app, any_queue), options)
+    validate.check_int("processes", processes, 1, 256)
+    if processes > 1 and options["worker_id"]:
+        raise ConfigError("--worker-id names one process; it cannot be used with --processes")
+    # The process is leaseq's own: the *_created series would only double the scrape.
+    disable_created_metrics()  # type: ignore[no-untyped-call]
+    # Always shown, in the chosen log format: which database this worker serves.
+    start_log.setLevel(logging.INFO)
+    start_log.info("worker serving %s (schema %s)", describe_dsn(app.client.dsn()), app.schema)
+    if processes > 1:
+        command = [sys.executable, "-m", "leaseq", *child_argv(sys.argv[1:])]
+        sys.exit(Supervisor(command, processes, restart=not (config.burst or config.drain)).run())
+    started = time.monotonic()
+    stats = run_worker(app, config)
+    elapsed = time.monotonic() - started
+    if config.burst or config.drain:
+        done = stats.succeeded + stats.failed
+        click.echo(
+            f"processed {done} job(s) in {elapsed:.2f}s ({done / elapsed:.0f}/s): "
+            f"{stats.succeeded} succeeded, {stats.failed} failed, "
+            f"{stats.lost_leases + stats.lost_fence_writes} lost lease(s)"
+        )
+    # Exit without joining handler threads: a sync handler that was abandoned (shutdown
+    # timeout, second signal, max_runtime) may still be running, and its result is
+    # discarded anyway. Everything the database needed has been written by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(exit_code(stats))
