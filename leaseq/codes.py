@@ -30,3 +30,6 @@ class ErrorCode(StrEnum):
     WORKER_SHUTDOWN = "WORKER_SHUTDOWN"
     #: An external effect was started and its outcome could not be established.
     UNCERTAIN_EFFECT = "UNCERTAIN_EFFECT"
+    #: A stored row holds what the claim cannot turn into a lease (a counter at its maximum,
+    #: a time that is not finite); the claim ended it dead instead of failing its batch.
+    ROW_OUT_OF_RANGE = "ROW_OUT_OF_RANGE"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import time
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -124,6 +123,9 @@ class Job(Printable):
     last_error_class: str | None = None
     unknown_failures: int = 0
     idempotency_key: str | None = None
+    #: Why part of the stored row could not be read (e.g. a payload nested too deeply for
+    #: Python); the unreadable part is shown as None. None when everything was read.
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -240,88 +242,3 @@ class EffectRecord(Printable):
     finished_at: dt.datetime | None
     result: Any
     error: str | None
-
-
-def effect_from_row(row: Sequence[Any]) -> EffectRecord:
-    return EffectRecord(*row)
-
-
-def leases_from_rows(rows: Iterable[Sequence[Any]], lease_seconds: float) -> list[Lease]:
-    """Leases from claim_jobs rows.
-
-    The statement sends its database times as float seconds (its clock once, then the
-    job's ages), which the times here are rebuilt from: a timestamptz column costs about a
-    microsecond to format and parse, and all of one claim's rows share its now(). The Lease
-    is built without the dataclass __init__, which sets each of its 19 fields through
-    object.__setattr__ (frozen): together these were a fifth of the worker's cost of taking
-    a job. Tests compare the result with a Lease built through __init__.
-    """
-    leases = []
-    length = dt.timedelta(seconds=lease_seconds)
-    seen_clock: float | None = None
-    claimed_at = expires_at = dt.datetime.min
-    claimed_monotonic = time.monotonic()
-    for (
-        job_id,
-        token,
-        owner,
-        task,
-        queue,
-        payload,
-        attempt,
-        max_attempts,
-        priority,
-        payload_version,
-        unknown_failures,
-        idempotency_key,
-        ordering_key,
-        clock,
-        created_age,
-        available_age,
-    ) in rows:
-        if clock != seen_clock:
-            seen_clock = clock
-            claimed_at = dt.datetime.fromtimestamp(clock, dt.UTC)
-            expires_at = claimed_at + length
-        lease = object.__new__(Lease)
-        object.__setattr__(
-            lease,
-            "__dict__",
-            {
-                "job_id": job_id,
-                "token": token,
-                "owner": owner,
-                "task": task,
-                "queue": queue,
-                "payload": payload,
-                "attempt": attempt,
-                "max_attempts": max_attempts,
-                "expires_at": expires_at,
-                "priority": priority,
-                "created_at": claimed_at - dt.timedelta(seconds=created_age),
-                "lease_seconds": lease_seconds,
-                "payload_version": payload_version,
-                "unknown_failures": unknown_failures,
-                "claimed_at": claimed_at,
-                "idempotency_key": idempotency_key,
-                "available_at": claimed_at - dt.timedelta(seconds=available_age),
-                "ordering_key": ordering_key,
-                "claimed_monotonic": claimed_monotonic,
-            },
-        )
-        leases.append(lease)
-    return leases
-
-
-def job_from_row(row: Sequence[Any]) -> Job:
-    values = list(row)
-    values[4] = JobStatus(values[4])
-    return Job(*values)
-
-
-def event_from_row(row: Sequence[Any]) -> JobEvent:
-    return JobEvent(*row)
-
-
-def stats_from_row(row: Sequence[Any]) -> QueueStats:
-    return QueueStats(*row)

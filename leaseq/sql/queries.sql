@@ -158,11 +158,20 @@ FROM STDIN;
 -- come back as an array (an InitPlan run once) rather than a joined CTE: a join makes the
 -- UPDATE carry a whole-row copy of every candidate for EvalPlanQual, and the rows are
 -- already locked by us, so there is nothing to recheck.
+--
+-- Why it cannot fail because of one row: a stored row may hold what leaseq never writes
+-- (by hand-written SQL, a bug, an older version). The counters saturate instead of
+-- overflowing, and a time that is not finite gives NULL ages instead of an error, so the
+-- batch is claimed whatever one row holds; the client then ends such a row dead, fenced by
+-- the lease just taken (leaseq.rows: a token or attempt count at its maximum, a NULL age,
+-- a payload Python cannot decode). Ending it here instead would need an event row from
+-- this statement, i.e. a CTE around the hot UPDATE, for rows that practically never occur.
+-- The payload comes as text and is decoded by the client row by row, for the same reason.
 UPDATE {schema}.jobs AS j
 SET status = 'running',
-    attempt_count = j.attempt_count + 1,
+    attempt_count = least(j.attempt_count, 2147483646) + 1,
     lease_owner = %(owner)s,
-    lease_token = j.lease_token + 1,
+    lease_token = least(j.lease_token, 9223372036854775806) + 1,
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     started_at = now(),
     heartbeat_at = now()
@@ -177,12 +186,14 @@ WHERE j.id = ANY(ARRAY(
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
 ))
-RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload,
+RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::text,
           j.attempt_count, j.max_attempts, j.priority, j.payload_version,
           j.unknown_failures, j.idempotency_key, j.ordering_key,
           -- Times as float8 seconds: the clock, then ages (see leases_from_rows).
-          date_part('epoch', now()), date_part('epoch', now() - j.created_at),
-          date_part('epoch', now() - j.available_at);
+          date_part('epoch', now()),
+          CASE WHEN isfinite(j.created_at) THEN date_part('epoch', now() - j.created_at) END,
+          CASE WHEN isfinite(j.available_at)
+            THEN date_part('epoch', now() - j.available_at) END;
 
 -- name: _owned_by_token
 -- The fence for a batch of one owner's leases; ids must be ascending and unique. Each
@@ -197,6 +208,26 @@ j.id = ANY(%(ids)s::bigint[])
   AND j.lease_token
       = (SELECT %(tokens)s::bigint[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))]
   AND j.lease_expires_at > now()
+
+-- name: _attempt_ended
+-- The SET block shared by fail_jobs and expire_leases (alias j, decisions d): the next
+-- state Python decided (d.to_status, d.delay), except that a pending cancel request turns a
+-- retry into cancelled, since nobody wants the job run again. The lease is let go.
+status = CASE
+    WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+    ELSE d.to_status::{schema}.job_status
+  END,
+  available_at = CASE
+    WHEN j.cancel_requested_at IS NULL AND d.to_status = 'pending'
+      THEN now() + make_interval(secs => d.delay)
+    ELSE j.available_at
+  END,
+  finished_at = CASE
+    WHEN j.cancel_requested_at IS NULL AND d.to_status = 'pending' THEN NULL
+    ELSE now()
+  END,
+  lease_owner = NULL,
+  lease_expires_at = NULL
 
 -- name: heartbeat_jobs
 -- Renews many leases in one statement; rows missing from RETURNING lost their lease.
@@ -229,21 +260,7 @@ WITH d AS (
   ) AS d(id, owner, token, to_status, delay, code, detail, class, reason)
 ), upd AS (
   UPDATE {schema}.jobs AS j
-  SET status = CASE
-        WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
-        ELSE d.to_status::{schema}.job_status
-      END,
-      available_at = CASE
-        WHEN j.cancel_requested_at IS NULL AND d.to_status = 'pending'
-          THEN now() + make_interval(secs => d.delay)
-        ELSE j.available_at
-      END,
-      finished_at = CASE
-        WHEN j.cancel_requested_at IS NULL AND d.to_status = 'pending' THEN NULL
-        ELSE now()
-      END,
-      lease_owner = NULL,
-      lease_expires_at = NULL,
+  SET {_attempt_ended},
       last_error_code = d.code,
       last_error_detail = d.detail,
       last_error_class = d.class,
@@ -296,8 +313,10 @@ RETURNING job_id;
 -- name: lock_expired_leases
 -- First half of the sweep: lock a bounded batch of expired leases. SKIP LOCKED lets
 -- several sweepers run at once without waiting on each other or taking the same row.
+-- A created_at that is not finite gives no age (NULL) rather than an error.
 SELECT id, lease_token, task, attempt_count, max_attempts, unknown_failures,
-       extract(epoch FROM now() - created_at)::float8, ordering_key
+       CASE WHEN isfinite(created_at) THEN extract(epoch FROM now() - created_at)::float8 END,
+       ordering_key
 FROM {schema}.jobs
 WHERE status = 'running'
   AND lease_expires_at <= now()
@@ -317,21 +336,7 @@ WITH d AS (
   ) AS d(id, token, to_status, delay, reason)
 ), upd AS (
   UPDATE {schema}.jobs AS j
-  SET status = CASE
-        WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
-        ELSE d.to_status::{schema}.job_status
-      END,
-      available_at = CASE
-        WHEN j.cancel_requested_at IS NULL AND d.to_status = 'pending'
-          THEN now() + make_interval(secs => d.delay)
-        ELSE j.available_at
-      END,
-      finished_at = CASE
-        WHEN j.cancel_requested_at IS NULL AND d.to_status = 'pending' THEN NULL
-        ELSE now()
-      END,
-      lease_owner = NULL,
-      lease_expires_at = NULL,
+  SET {_attempt_ended},
       last_error_code = '{code:LEASE_EXPIRED}',
       last_error_class = 'transient',
       last_error_detail = 'lease of ' || j.lease_owner || ' expired at ' || j.lease_expires_at
@@ -566,15 +571,17 @@ RETURNING job_id;
 WITH due AS (
   SELECT id, least(
            32767,
-           base_priority
-             + floor(extract(epoch FROM now() - available_at) / %(interval)s)::int
-         ) AS aged
+           base_priority + floor(extract(epoch FROM now() - available_at) / %(interval)s)
+         )::int AS aged
   FROM {schema}.jobs
   WHERE status = 'pending' AND NOT blocked
     AND available_at <= now() - make_interval(secs => %(interval)s)
+    -- Ages are computed in numeric and capped before the cast: a very old (or infinite)
+    -- available_at must not fail the batch.
+    AND isfinite(available_at)
     AND priority < least(
           32767,
-          base_priority + floor(extract(epoch FROM now() - available_at) / %(interval)s)::int
+          base_priority + floor(extract(epoch FROM now() - available_at) / %(interval)s)
         )
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
@@ -625,7 +632,8 @@ WHERE job_id = %(id)s
 ORDER BY started_at, name, key;
 
 -- name: get_job
-SELECT id, queue_name, task, payload, status::text, priority, available_at, attempt_count,
+-- The payload as text: the client decodes it, and shows a row it cannot decode (leaseq.rows).
+SELECT id, queue_name, task, payload::text, status::text, priority, available_at, attempt_count,
        max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
        last_error_detail, created_at, started_at, heartbeat_at, finished_at,
        cancel_requested_at, payload_version, last_error_class, unknown_failures,
@@ -635,7 +643,7 @@ WHERE id = %(id)s;
 
 -- name: list_jobs
 -- Operator listing (dead list, inspection), newest first.
-SELECT id, queue_name, task, payload, status::text, priority, available_at, attempt_count,
+SELECT id, queue_name, task, payload::text, status::text, priority, available_at, attempt_count,
        max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
        last_error_detail, created_at, started_at, heartbeat_at, finished_at,
        cancel_requested_at, payload_version, last_error_class, unknown_failures,

@@ -12,7 +12,7 @@ from psycopg import sql
 
 import leaseq
 from leaseq import JobStatus
-from leaseq.client_async import notify_channel
+from leaseq.params import COPY_THRESHOLD, notify_channel
 from tests.support.helpers import rows
 
 
@@ -162,6 +162,12 @@ def test_scheduled_job_does_not_notify(client: leaseq.Client, dsn: str, schema: 
         ({"task": "t", "priority": True}, leaseq.ConfigError),
         ({"task": "t", "max_attempts": 0}, leaseq.ConfigError),
         ({"task": "t", "delay": -1}, leaseq.ConfigError),
+        ({"task": "t", "delay": 1e300}, leaseq.ConfigError),
+        ({"task": "t", "delay": float("inf")}, leaseq.ConfigError),
+        ({"task": "t", "delay": float("nan")}, leaseq.ConfigError),
+        ({"task": "t", "delay": dt.timedelta(days=999_999_999)}, leaseq.ConfigError),
+        ({"task": "t", "run_at": dt.datetime(9999, 12, 31, tzinfo=dt.UTC)}, leaseq.ConfigError),
+        ({"task": "t", "run_at": dt.datetime(1, 1, 2, tzinfo=dt.UTC)}, leaseq.ConfigError),
         ({"task": "t", "delay": 1, "run_at": dt.datetime.now(dt.UTC)}, leaseq.ConfigError),
         ({"task": "t", "run_at": dt.datetime(2030, 1, 1)}, leaseq.ConfigError),
         ({"task": "t", "payload": {"x": object()}}, leaseq.PayloadError),
@@ -178,6 +184,38 @@ def test_bad_input_gets_a_clear_error_and_stores_nothing(
     message = str(info.value)
     assert message and "\n" not in message
     assert client.queue_stats() == []
+
+
+@pytest.mark.parametrize("n", [10, COPY_THRESHOLD + 10], ids=["arrays", "copy"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"delay": 1e300},
+        {"delay": float("inf")},
+        {"delay": dt.timedelta(days=999_999_999)},
+        {"run_at": dt.datetime(9999, 12, 31, tzinfo=dt.UTC)},
+    ],
+    ids=["delay-1e300", "delay-inf", "timedelta-huge", "run_at-9999"],
+)
+def test_an_out_of_range_schedule_in_bulk_stores_nothing(
+    client: leaseq.Client, n: int, bad: dict[str, object]
+) -> None:
+    """Both bulk paths (unnested arrays below COPY_THRESHOLD, COPY from it on) refuse a
+    schedule the database (or the COPY path's datetime arithmetic) cannot hold, before
+    anything is sent: one line, no job stored."""
+    jobs: list[dict[str, object]] = [{"task": "t"} for _ in range(n - 1)]
+    jobs.append({"task": "t", **bad})
+    with pytest.raises(leaseq.ConfigError) as info:
+        client.enqueue_many(jobs)
+    assert str(info.value) and "\n" not in str(info.value)
+    assert client.queue_stats() == []
+
+
+def test_the_furthest_schedule_is_accepted(client: leaseq.Client) -> None:
+    far = 99 * 365 * 86400.0
+    client.enqueue("t", delay=far)
+    client.enqueue_many([{"task": "t", "delay": far}] * (COPY_THRESHOLD + 1))
+    assert client.queue_stats()[0].scheduled == COPY_THRESHOLD + 2
 
 
 def test_payload_round_trips_unicode_and_nesting(client: leaseq.Client) -> None:
@@ -200,8 +238,6 @@ def test_large_batches_go_through_copy_with_the_same_meaning(
 ) -> None:
     """From COPY_THRESHOLD jobs on, enqueue_many uses COPY: ids in input order, delays
     from the database clock, one wake-up per ready queue, and the caller's rollback wins."""
-    from leaseq.client_async import COPY_THRESHOLD
-
     n = COPY_THRESHOLD + 50
     listener = _listener(dsn, schema)
     try:

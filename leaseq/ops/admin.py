@@ -1,0 +1,174 @@
+# Generated from leaseq/ops/admin_async.py by tools/gen_sync.py. Do not edit by hand:
+# change the async source and run `python tools/gen_sync.py`.
+"""Operator actions: cancel, skip a dead head, priority aging, audited replay, purge of dead
+jobs and retention. Each takes an actor and a reason where the audit trail wants one, and
+works in bounded batches, each its own short transaction.
+
+The synchronous twin of ``leaseq/ops/admin_async.py``; see that file for the logic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Unpack
+
+from leaseq import validate
+from leaseq.errors import ConfigError
+from leaseq.models import JobFilter
+from leaseq.ops.base import ClientBase
+from leaseq.params import job_filter
+
+
+class AdminOps(ClientBase):
+    def cancel(self, job_id: int, *, actor: str | None = None, reason: str | None = None) -> bool:
+        """Cancel a pending job now, or ask its worker to stop a running one.
+
+        False when the job does not exist or is already finished.
+        """
+        params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
+        found = self._rows("job_key", {"id": job_id})
+        keys = [found[0][0]] if found else []
+        return bool(self._change_jobs("cancel_job", params, keys))
+
+    def skip_dead_head(self, job_id: int, *, reason: str, actor: str | None = None) -> bool:
+        """Let an ordering key move past its dead head (which stays dead); audited.
+        False when the job is not a dead, keyed, not-yet-skipped job."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError("skipping a dead head needs a reason")
+        found = self._rows("job_key", {"id": job_id})
+        if not found or found[0][0] is None:
+            return False
+        params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
+        return bool(self._change_jobs("skip_dead_head", params, [found[0][0]]))
+
+    def age_priorities(self, *, interval: float, batch_size: int = 1000) -> int:
+        """Priority aging: raise the priority of jobs claimable for a whole ``interval``
+        or more (see the age_priorities statement); returns how many moved up."""
+        params = {
+            "interval": validate.check_positive_seconds("interval", interval, 86400.0),
+            "limit": validate.check_int("batch_size", batch_size, 1, 100_000),
+        }
+        total = 0
+        while moved := len(self._rows("age_priorities", params)):
+            total += moved
+            if moved < params["limit"]:
+                break
+        return total
+
+    def replay(
+        self,
+        job_id: int,
+        *,
+        reason: str,
+        actor: str | None = None,
+        allow_cancelled: bool = False,
+    ) -> bool:
+        """Bring a dead job back to pending under the same id with a fresh attempt budget.
+
+        ``reason`` is required and stored with ``actor`` in the audit trail. False when the
+        job does not exist or is not dead (or cancelled, with ``allow_cancelled``).
+        """
+        statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
+        params = job_filter(statuses, job_id=job_id)
+        return bool(self._replay_batch(params, reason, actor, 1))
+
+    def replay_many(
+        self,
+        *,
+        reason: str,
+        actor: str | None = None,
+        allow_cancelled: bool = False,
+        batch_size: int = 500,
+        on_progress: Callable[[int], None] | None = None,
+        **filters: Unpack[JobFilter],
+    ) -> int:
+        """Replay every dead job matching the filter (queue, task, error_code, older_than,
+        newer_than), in batches, each its own short transaction; ``on_progress(n)`` after
+        each batch. Returns how many were replayed."""
+        statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
+        params = job_filter(statuses, **filters)
+        batch = validate.check_int("batch_size", batch_size, 1, 10_000)
+        total = 0
+        while done := self._replay_batch(params, reason, actor, batch):
+            total += done
+            if on_progress is not None:
+                on_progress(done)
+        return total
+
+    def _replay_batch(
+        self, params: dict[str, Any], reason: str, actor: str | None, limit: int
+    ) -> int:
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError("replay needs a reason (what was fixed)")
+        params = {
+            **params,
+            "limit": limit,
+            "actor": actor,
+            "reason": validate.bound_detail(reason),
+            "channel": self.channel,
+        }
+        with self._transaction() as conn:
+            candidates = self._rows("replay_candidates", params, conn)
+            if not candidates:
+                return 0
+            keys = self._lock_keys(conn, [key for _, key in candidates])
+            params["ids"] = [job_id for job_id, _ in candidates]
+            replayed = len(self._rows("replay_jobs", params, conn))
+            self._promote_keys(conn, keys)
+            return replayed
+
+    def purge_dead(
+        self,
+        *,
+        reason: str,
+        actor: str | None = None,
+        batch_size: int = 500,
+        on_progress: Callable[[int], None] | None = None,
+        **filters: Unpack[JobFilter],
+    ) -> int:
+        """Delete dead jobs matching the filter; each leaves a final ``purged`` event with
+        ``actor`` and ``reason``. Returns how many were deleted."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError("purging dead jobs needs a reason")
+        params = {
+            **job_filter(["dead"], **filters),
+            "limit": validate.check_int("batch_size", batch_size, 1, 10_000),
+            "actor": actor,
+            "reason": validate.bound_detail(reason),
+        }
+        total = 0
+        while done := len(self._rows("purge_jobs", params)):
+            total += done
+            if on_progress is not None:
+                on_progress(done)
+        return total
+
+    def prune(
+        self,
+        *,
+        older_than: float,
+        batch_size: int = 1000,
+        max_batches: int | None = None,
+        pause: float = 0.0,
+    ) -> int:
+        """Retention: delete succeeded and cancelled jobs finished more than ``older_than``
+        seconds ago (and their trail), in small batches that never make a claim wait on a
+        lock; ``pause`` seconds between batches leaves WAL bandwidth to claims. Dead jobs
+        are never pruned (see :meth:`purge_dead`). Returns how many were deleted."""
+        params = {
+            "older_than": validate.check_positive_seconds(
+                "older_than", older_than, 100 * 365 * 86400.0
+            ),
+            "limit": validate.check_int("batch_size", batch_size, 1, 100_000),
+        }
+        total = batches = 0
+        while max_batches is None or batches < max_batches:
+            done = len(self._rows("prune_finished", params))
+            total += done
+            batches += 1
+            if done < params["limit"]:
+                break
+            if pause > 0:
+                time.sleep(pause)
+        return total

@@ -1,0 +1,286 @@
+# Generated from leaseq/ops/base_async.py by tools/gen_sync.py. Do not edit by hand:
+# change the async source and run `python tools/gen_sync.py`.
+"""The client's plumbing: pool, connections, transactions, the ordering-key lock protocol
+and the schema version, under every group of operations (see ``leaseq.ops``).
+
+The synchronous twin of ``leaseq/ops/base_async.py``; see that file for the logic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import psycopg
+from psycopg import Connection
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from leaseq import validate
+from leaseq.dsn import describe_dsn, resolve_dsn
+from leaseq.errors import DatabaseUnavailable, SchemaError
+from leaseq.params import notify_channel
+from leaseq.redact import Redactor, default_redact
+from leaseq.retry import RetryPolicy
+from leaseq.rows import configure_json, tolerate_extremes
+from leaseq.sql import Queries, check_schema_name, latest_version, migrations
+
+Row = tuple[Any, ...]
+
+
+def _configure_connection(conn: Connection[Any]) -> None:
+    """Every pooled connection: how jsonb payloads are read."""
+    configure_json(conn)
+
+
+class ClientBase:
+    """Talks to one leaseq schema. Cheap to create; connects on first use.
+
+    ``dsn`` falls back to ``LEASEQ_DSN`` and then to the embedded PostgreSQL.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "leaseq",
+        pool_size: int = 10,
+        retry_policy: RetryPolicy | None = None,
+        payload_limit: int = validate.DEFAULT_PAYLOAD_LIMIT,
+        application_name: str = "leaseq",
+        redact: Redactor | None = default_redact,
+        prepare: bool = True,
+    ) -> None:
+        """``prepare=False`` turns server-side prepared statements off: needed behind
+        PgBouncer in transaction pooling mode (before 1.21), where the next statement of a
+        session may reach a server connection that never saw the PREPARE."""
+        self.schema = check_schema_name(schema)
+        #: Scrubs secrets from error details before they are stored (None: store as is).
+        self.redact = redact
+        self.queries = Queries(schema)
+        self.channel = notify_channel(schema)
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.payload_limit = validate.check_int("payload_limit", payload_limit, 2, 256 << 20)
+        self._pool_size = validate.check_int("pool_size", pool_size, 1, 1000)
+        self._dsn_arg = dsn
+        self._dsn: str | None = None
+        self._application_name = application_name
+        self._prepare = prepare
+        self._pool: ConnectionPool[Connection[TupleRow]] | None = None
+        self._lock = threading.Lock()
+
+    # -- connections ------------------------------------------------------------------
+
+    def dsn(self) -> str:
+        """The DSN in use (resolving it, and starting the embedded server, if needed)."""
+        if self._dsn is None:
+            self._dsn = resolve_dsn(self._dsn_arg)
+        return self._dsn
+
+    def connect(self, **kwargs: Any) -> Connection[TupleRow]:
+        """A new connection of the caller's own (not from the pool), e.g. for LISTEN."""
+        dsn = self.dsn()
+        kwargs.setdefault("application_name", self._application_name)
+        try:
+            return Connection.connect(dsn, **kwargs)
+        except psycopg.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DatabaseUnavailable(
+                f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {first}"
+            ) from None
+
+    def _get_pool(self) -> ConnectionPool[Connection[TupleRow]]:
+        if self._pool is not None:
+            return self._pool
+        with self._lock:
+            if self._pool is None:
+                # One direct connection first: a bad DSN fails now with the server's own
+                # reason, instead of as a pool timeout much later.
+                probe = self.connect(connect_timeout=10)
+                probe.close()
+                pool = ConnectionPool(
+                    self.dsn(),
+                    min_size=1,
+                    max_size=self._pool_size,
+                    kwargs={
+                        "autocommit": True,
+                        "application_name": self._application_name,
+                        # psycopg prepares a statement after 5 runs; None: never.
+                        "prepare_threshold": 5 if self._prepare else None,
+                    },
+                    open=False,
+                    name=f"leaseq-{self.schema}",
+                    configure=_configure_connection,
+                )
+                pool.open(wait=True, timeout=30)
+                self._pool = pool
+        return self._pool
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Connection[TupleRow]]:
+        """A pooled connection for your own statements (autocommit; open a transaction with
+        ``conn.transaction()``). Returned to the pool afterwards."""
+        pool = self._get_pool()
+        with pool.connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _transaction(self, connection: Connection[Any] | None = None) -> Iterator[Connection[Any]]:
+        """The caller's connection as it is (their transaction), or a pooled one inside a
+        transaction of our own, committed on success."""
+        if connection is not None:
+            yield connection
+            return
+        pool = self._get_pool()
+        with pool.connection() as conn, conn.transaction():
+            yield conn
+
+    def _lock_keys(self, conn: Connection[Any], keys: Iterable[str | None]) -> list[str]:
+        wanted = sorted({k for k in keys if k})
+        if wanted:
+            self._rows("lock_keys", {"keys": wanted}, conn)
+        return wanted
+
+    def _promote_keys(self, conn: Connection[Any], keys: list[str]) -> None:
+        if keys:
+            self._rows("promote_keys", {"keys": keys, "channel": self.channel}, conn)
+
+    def _change_jobs(
+        self,
+        name: str,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        keys: Iterable[str | None],
+        connection: Connection[Any] | None = None,
+    ) -> list[Row]:
+        """Run a statement that changes jobs, once per parameter set given. When ordering
+        keys are involved, it runs under their locks, and their heads are re-decided in the
+        same transaction."""
+        batches = [params] if isinstance(params, Mapping) else list(params)
+        keys = [k for k in keys if k]
+        if not keys and len(batches) == 1:
+            return self._rows(name, batches[0], connection)
+        rows: list[Row] = []
+        with self._transaction(connection) as conn:
+            locked = self._lock_keys(conn, keys) if keys else []
+            for batch in batches:
+                rows += self._rows(name, batch, conn)
+            self._promote_keys(conn, locked)
+        return rows
+
+    def pool_stats(self) -> dict[str, int]:
+        """Connections of the pool: in_use, idle, and requests waiting for one."""
+        if self._pool is None:
+            return {"in_use": 0, "idle": 0, "waiting": 0}
+        stats = self._pool.get_stats()
+        size, idle = stats.get("pool_size", 0), stats.get("pool_available", 0)
+        return {"in_use": size - idle, "idle": idle, "waiting": stats.get("requests_waiting", 0)}
+
+    def check_connections(self) -> None:
+        """Drop idle pooled connections that are broken (after an outage or a terminated
+        backend), so the next statement gets a live one."""
+        if self._pool is not None:
+            self._pool.check()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _rows(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        connection: Connection[Any] | None = None,
+        *,
+        tolerant: bool = False,
+    ) -> list[Row]:
+        """Run one named statement: on the caller's connection (joining its transaction)
+        or, without one, on a pooled autocommit connection (its own transaction).
+        ``tolerant``: read timestamps out of Python's range as its nearest datetime."""
+        query = self.queries[name]
+        if connection is not None:
+            return self._execute(connection, query, params, tolerant)
+        pool = self._get_pool()
+        with pool.connection() as conn:
+            return self._execute(conn, query, params, tolerant)
+
+    @staticmethod
+    def _execute(
+        conn: Connection[Any], query: str, params: Mapping[str, Any] | None, tolerant: bool
+    ) -> list[Row]:
+        cur = conn.cursor()
+        if tolerant:
+            tolerate_extremes(cur)
+        cur.execute(query, params)
+        return list(cur.fetchall()) if cur.description is not None else []
+
+    # -- schema -----------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        """Bring the schema to the version this code knows; returns that version.
+
+        Idempotent, and safe when several processes run it at once: everything happens in
+        one transaction under an advisory lock keyed on the schema name.
+        """
+        q = self.queries
+        pool = self._get_pool()
+        with pool.connection() as conn, conn.transaction():
+            conn.execute(q["migrate_lock"], {"key": f"leaseq.migrate.{self.schema}"})
+            conn.execute(q["create_schema"])
+            conn.execute(q["create_version_table"])
+            cur = conn.execute(q["applied_versions"])
+            applied = {row[0] for row in cur.fetchall()}
+            self._refuse_newer(max(applied, default=0))
+            for migration in migrations(self.schema):
+                if migration.version not in applied:
+                    conn.execute(migration.sql.encode())
+                    conn.execute(
+                        q["record_version"],
+                        {"version": migration.version, "name": migration.name},
+                    )
+        return latest_version()
+
+    def schema_version(self) -> int | None:
+        """The applied schema version, or None when this schema was never migrated."""
+        table = f'"{self.schema}".schema_version'
+        exists = self._rows("version_table_exists", {"table": table})
+        if not exists[0][0]:
+            return None
+        version = (self._rows("schema_version"))[0][0]
+        return int(version) if version is not None else None
+
+    def check_schema(self) -> int:
+        """Raise :class:`SchemaError` unless the schema is exactly at this code's version."""
+        version = self.schema_version()
+        if version is None:
+            raise SchemaError(
+                f"schema {self.schema!r} is not set up in this database; run `leaseq migrate`"
+            )
+        self._refuse_newer(version)
+        if version < latest_version():
+            raise SchemaError(
+                f"schema {self.schema!r} is at version {version}, this leaseq needs "
+                f"{latest_version()}; run `leaseq migrate`"
+            )
+        return version
+
+    def _refuse_newer(self, version: int) -> None:
+        if version > latest_version():
+            raise SchemaError(
+                f"schema {self.schema!r} is at version {version}, newer than this leaseq "
+                f"understands ({latest_version()}); upgrade leaseq"
+            )

@@ -1,0 +1,100 @@
+# Generated from leaseq/ops/failure_async.py by tools/gen_sync.py. Do not edit by hand:
+# change the async source and run `python tools/gen_sync.py`.
+"""Failures: a worker's fenced report of a failed attempt, giving back unstarted jobs, and
+the sweep of expired leases. What a failure leads to is decided once, in
+``leaseq.params.decide``, for reported failures and expired leases alike.
+
+The synchronous twin of ``leaseq/ops/failure_async.py``; see that file for the logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from leaseq import validate
+from leaseq.models import Failure, Lease, SweepResult
+from leaseq.ops.base import ClientBase
+from leaseq.params import expire_params, fail_params, fence_arrays
+from leaseq.retry import ErrorClass, RetryPolicy
+from leaseq.states import JobStatus
+
+
+class FailureOps(ClientBase):
+    def fail_many(self, failures: Sequence[Failure]) -> dict[int, JobStatus]:
+        """Report failed attempts, fenced; returns each job still ours with its new status."""
+        if not failures:
+            return {}
+        params = fail_params(failures, self.retry_policy, self.redact)
+        keys = [f.lease.ordering_key for f in failures]
+        rows = self._change_jobs("fail_jobs", params, keys)
+        return {int(row[0]): JobStatus(row[1]) for row in rows}
+
+    def fail(
+        self,
+        lease: Lease,
+        error_code: str,
+        *,
+        retryable: bool = True,
+        detail: str | None = None,
+        retry_in: float | None = None,
+        error_class: str | None = None,
+    ) -> bool:
+        """Record a failed attempt: retry later with back-off, or dead when it cannot help
+        (not retryable, or a budget is used up). ``error_class`` (permanent, transient,
+        unknown) overrides ``retryable``. False means the lease was lost."""
+        if error_class is not None:
+            ErrorClass(error_class)  # refuse a typo before anything is written
+        failure = Failure(lease, error_code, retryable, detail, retry_in, error_class)
+        return lease.job_id in self.fail_many([failure])
+
+    def release_many(self, leases: Sequence[Lease]) -> set[int]:
+        """Give unstarted jobs back without charging an attempt; returns the ids released."""
+        if not leases:
+            return set()
+        # A released head goes back in line by id: an earlier job replayed meanwhile goes first.
+        keys = [lease.ordering_key for lease in leases]
+        rows = self._change_jobs("release_jobs", fence_arrays(leases), keys)
+        return {int(row[0]) for row in rows}
+
+    def release(self, lease: Lease) -> bool:
+        """Give an unstarted job back; False means the lease was lost and nothing changed."""
+        return lease.job_id in self.release_many([lease])
+
+    def sweep(
+        self,
+        *,
+        batch_size: int = 1000,
+        actor: str = "sweeper",
+        policies: Mapping[str, RetryPolicy] | None = None,
+    ) -> SweepResult:
+        """Recover expired leases: retry with back-off, or dead once a budget is used up.
+
+        ``policies`` maps task names to their own retry policies (the client's otherwise).
+        Works in batches, each its own short transaction; several sweepers may run at once.
+        """
+        batch = validate.check_int("batch_size", batch_size, 1, 100_000)
+        total = SweepResult()
+        pool = self._get_pool()
+        while True:
+            with pool.connection() as conn, conn.transaction():
+                locked = self._rows("lock_expired_leases", {"limit": batch}, conn)
+                if not locked:
+                    return total
+                full_batch = len(locked) == batch
+                wanted = sorted({row[7] for row in locked if row[7]})
+                keys: list[str] = []
+                if wanted:
+                    got = self._rows("try_lock_keys", {"keys": wanted}, conn)
+                    keys = [key for key, ok in got if ok]
+                    # A key busy elsewhere: leave its jobs for the next sweep.
+                    locked = [row for row in locked if not row[7] or row[7] in keys]
+                params = expire_params(locked, self.retry_policy, policies, actor)
+                done = self._rows("expire_leases", params, conn)
+                self._promote_keys(conn, keys)
+            total = total + SweepResult(
+                requeued=sum(1 for row in done if row[1] == "pending"),
+                dead=sum(1 for row in done if row[1] == "dead"),
+                cancelled=sum(1 for row in done if row[1] == "cancelled"),
+            )
+            if not full_batch:
+                return total

@@ -1,0 +1,90 @@
+"""Inspection: jobs, their audit trail and effects, queue and database health. Read-only;
+rows are decoded by ``leaseq.rows`` (jobs tolerantly: an unreadable row is shown, not
+raised).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Unpack
+
+from psycopg import AsyncConnection
+
+from leaseq import validate
+from leaseq.models import BlockedKey, EffectRecord, Job, JobEvent, JobFilter, QueueStats
+from leaseq.ops.base_async import AsyncClientBase
+from leaseq.params import job_filter
+from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_from_row
+
+
+class AsyncInspectOps(AsyncClientBase):
+    async def get_job(self, job_id: int) -> Job | None:
+        rows = await self._rows("get_job", {"id": job_id}, tolerant=True)
+        return job_from_row(rows[0]) if rows else None
+
+    async def job_events(self, job_id: int) -> list[JobEvent]:
+        """The audit trail of one job, oldest first."""
+        return [event_from_row(row) for row in await self._rows("job_events", {"id": job_id})]
+
+    async def list_jobs(
+        self, status: str = "dead", *, limit: int = 100, **filters: Unpack[JobFilter]
+    ) -> list[Job]:
+        """Jobs in one state, newest first, filtered by queue, task, error code, and age
+        (seconds since they finished: ``older_than`` / ``newer_than``)."""
+        params = job_filter([status], **filters)
+        params["limit"] = validate.check_int("limit", limit, 1, 100_000)
+        return [job_from_row(row) for row in await self._rows("list_jobs", params, tolerant=True)]
+
+    async def count_jobs(self, status: str = "dead", **filters: Unpack[JobFilter]) -> int:
+        """How many jobs ``list_jobs`` (without a limit) would find: a dry run's count."""
+        params = job_filter([status], **filters)
+        return int((await self._rows("count_jobs", params))[0][0])
+
+    async def job_effects(self, job_id: int) -> list[EffectRecord]:
+        """The external effects a job declared, with what is known of each."""
+        rows = await self._rows("job_effects", {"id": job_id})
+        return [effect_from_row(row) for row in rows]
+
+    async def effect_get(
+        self, job_id: int, name: str, key: str, *, connection: AsyncConnection[Any] | None = None
+    ) -> EffectRecord | None:
+        rows = await self._rows("effect_get", {"id": job_id, "name": name, "key": key}, connection)
+        return effect_from_row(rows[0]) if rows else None
+
+    async def queues_have_work(self, queues: Sequence[str]) -> bool:
+        """True while any of ``queues`` has a pending (even if scheduled) or running job."""
+        rows = await self._rows("queues_have_work", {"queues": list(queues)})
+        return bool(rows[0][0])
+
+    async def queue_stats(self, *, throughput: bool = False) -> list[QueueStats]:
+        """Per-queue health, from partial indexes only. With ``throughput``, also how many
+        jobs each queue finished in the last minute (that part scans recent history)."""
+        stats = [stats_from_row(row) for row in await self._rows("queue_stats")]
+        if not throughput:
+            return stats
+        recent: dict[str, int] = dict(await self._rows("recent_throughput", {"seconds": 60.0}))
+        known = {s.queue for s in stats}
+        stats += [
+            QueueStats(queue, 0, 0, 0, 0, 0.0, 0.0, 0) for queue in recent if queue not in known
+        ]
+        return sorted(
+            (replace(s, finished_recently=int(recent.get(s.queue, 0))) for s in stats),
+            key=lambda s: s.queue,
+        )
+
+    async def database_health(self) -> dict[str, Any]:
+        """Expired leases awaiting a sweep, lock waits and connections of leaseq processes."""
+        ((expired, lock_waits, connections),) = await self._rows("database_health")
+        return {
+            "expired_leases": int(expired),
+            "lock_waits": int(lock_waits),
+            "connections": dict(connections),
+        }
+
+    async def blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:
+        """Ordering keys held up by a dead head (policy ``block``), oldest first."""
+        rows = await self._rows(
+            "blocked_keys", {"limit": validate.check_int("limit", limit, 1, 100_000)}
+        )
+        return [BlockedKey(*row) for row in rows]

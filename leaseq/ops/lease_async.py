@@ -1,0 +1,146 @@
+"""The lease protocol: claim, heartbeat, complete, and the fenced record of external
+effects. Every write here presents the whole lease (id, owner, token, unexpired).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+
+from leaseq import validate
+from leaseq.models import Heartbeat, Lease
+from leaseq.ops.base_async import AsyncClientBase
+from leaseq.params import detail, fence_groups, unclaimable_params
+from leaseq.rows import Unclaimable, leases_from_rows
+
+log = logging.getLogger("leaseq.jobs")
+
+
+class AsyncLeaseOps(AsyncClientBase):
+    async def claim(
+        self,
+        queue: str = "default",
+        *,
+        worker: str,
+        lease_seconds: float = 60,
+        limit: int = 1,
+    ) -> list[Lease]:
+        """Claim up to ``limit`` claimable jobs of ``queue`` in one committed statement.
+
+        A claimed row that cannot become a lease (see ``leaseq.rows``) is ended dead with
+        its reason, under the lease just taken, and left out: it costs only its own job.
+        """
+        seconds = validate.check_positive_seconds("lease_seconds", lease_seconds)
+        params = {
+            "queue": validate.check_name("queue", queue),
+            "owner": validate.check_worker_id(worker),
+            "lease_seconds": seconds,
+            "limit": validate.check_int("limit", limit, 1, validate.CLAIM_LIMIT_MAX),
+        }
+        rows = await self._rows("claim_jobs", params)
+        leases, unclaimable = leases_from_rows(rows, seconds)
+        if unclaimable:
+            await self._end_unclaimable(unclaimable)
+        leases.sort(key=lambda lease: (-lease.priority, lease.job_id))
+        return leases
+
+    async def _end_unclaimable(self, found: Sequence[Unclaimable]) -> None:
+        for row in found:
+            log.warning(
+                "job %d ended dead at claim (%s): %s",
+                row.job_id,
+                row.code,
+                row.reason,
+                extra={"job_id": row.job_id, "token": row.token, "error_code": str(row.code)},
+            )
+        try:
+            await self._change_jobs(
+                "fail_jobs", unclaimable_params(found), [u.ordering_key for u in found]
+            )
+        except psycopg.Error as exc:
+            # The good leases of this claim are committed and returned all the same; these
+            # rows stay running until the sweeper expires them, and are caught again.
+            log.warning("could not end %d unclaimable job(s) dead: %s", len(found), exc)
+
+    async def heartbeat_many(
+        self, leases: Sequence[Lease], *, lease_seconds: float | None = None
+    ) -> Heartbeat:
+        """Renew several leases in one fenced statement; lost ones are reported, not renewed."""
+        if not leases:
+            return Heartbeat({}, frozenset(), frozenset())
+        seconds = validate.check_positive_seconds(
+            "lease_seconds",
+            lease_seconds if lease_seconds is not None else max(x.lease_seconds for x in leases),
+        )
+        rows = []
+        for fence in fence_groups(leases):
+            rows += await self._rows("heartbeat_jobs", {**fence, "lease_seconds": seconds})
+        kept = {(int(row[0]), int(row[1])) for row in rows}
+        return Heartbeat(
+            renewed={int(row[0]): row[2] for row in rows},
+            lost=frozenset((x.job_id, x.token) for x in leases) - kept,
+            cancel_requested=frozenset(int(row[0]) for row in rows if row[3]),
+        )
+
+    async def heartbeat(self, lease: Lease, *, lease_seconds: float | None = None) -> bool:
+        """Extend the lease; False means it was lost and nothing changed."""
+        result = await self.heartbeat_many([lease], lease_seconds=lease_seconds)
+        return (lease.job_id, lease.token) not in result.lost
+
+    async def complete_many(
+        self, leases: Sequence[Lease], *, connection: AsyncConnection[Any] | None = None
+    ) -> set[int]:
+        """Mark jobs succeeded, fenced; returns the ids that were still ours."""
+        if not leases:
+            return set()
+        keys = [lease.ordering_key for lease in leases]
+        rows = await self._change_jobs("complete_jobs", fence_groups(leases), keys, connection)
+        return {int(row[0]) for row in rows}
+
+    async def complete(
+        self, lease: Lease, *, connection: AsyncConnection[Any] | None = None
+    ) -> bool:
+        """Mark the job succeeded; False means the lease was lost and nothing changed.
+
+        With ``connection`` the completion joins that connection's transaction, so the
+        handler's own writes there commit together with it, or not at all.
+        """
+        return lease.job_id in await self.complete_many([lease], connection=connection)
+
+    async def effect_start(self, lease: Lease, name: str, key: str) -> bool:
+        """Record an effect as started, fenced by the lease; False means the lease is lost."""
+        params = {
+            "id": lease.job_id,
+            "owner": lease.owner,
+            "token": lease.token,
+            "attempt": lease.attempt,
+            "name": name,
+            "key": key,
+        }
+        return bool(await self._rows("effect_start", params))
+
+    async def effect_finish(
+        self,
+        lease: Lease,
+        name: str,
+        key: str,
+        *,
+        status: str,
+        result: Any = None,
+        error: str | None = None,
+    ) -> bool:
+        """Record an effect's outcome (``done`` with a JSON result, or ``failed``)."""
+        params = {
+            "id": lease.job_id,
+            "token": lease.token,
+            "name": name,
+            "key": key,
+            "status": status,
+            "result": validate.encode_payload(result, self.payload_limit),
+            "error": detail(self.redact, error),
+        }
+        return bool(await self._rows("effect_finish", params))

@@ -1,0 +1,295 @@
+"""Parameters of the client's statements: pure code, shared by the async and sync clients.
+
+Everything here turns Python values into what a named statement of ``queries.sql`` takes
+(checked job fields, fence arrays, the operator filter) or decides what a failed attempt
+leads to. No I/O: the client modules, which are generated async → sync, only call it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
+from typing import Any, Unpack
+
+from leaseq import validate
+from leaseq.errors import ConfigError
+from leaseq.models import Failure, JobFilter, JobSpec, Lease
+from leaseq.redact import Redactor
+from leaseq.retry import ErrorClass, RetryPolicy
+from leaseq.rows import Unclaimable
+from leaseq.states import FailureDecision, JobStatus, decide_failure
+
+#: From this many jobs on (without ordering keys), enqueue_many uses COPY.
+COPY_THRESHOLD = 200
+
+#: The furthest a job may be scheduled, either way: ``delay`` at most this many seconds,
+#: ``run_at`` within this of the local clock. Far enough for any real schedule, and
+#: bounded so that the database (and the COPY path's datetime arithmetic) never overflows.
+SCHEDULE_HORIZON = 100 * 365 * 86400.0
+
+
+def notify_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema; the payload of each notification is a queue."""
+    return f"leaseq.{schema}"
+
+
+# -- enqueue ---------------------------------------------------------------------------
+
+#: A job's fields and their defaults, as JobSpec declares them (task has none).
+_JOB_DEFAULTS = {f.name: f.default for f in fields(JobSpec) if f.name != "task"}
+
+
+def job_fields(job: JobSpec | Mapping[str, Any]) -> dict[str, Any]:
+    """Every field of one job: a JobSpec's, or a mapping's over the defaults. A mapping is
+    not turned into a JobSpec first: for a bulk enqueue that cost as much as the checks."""
+    if isinstance(job, JobSpec):
+        return vars(job)
+    if not isinstance(job, Mapping):
+        raise ConfigError(f"a job is a JobSpec or a mapping, got {type(job).__name__}")
+    unknown = job.keys() - _JOB_DEFAULTS.keys() - {"task"}
+    if unknown:
+        raise ConfigError(f"unknown job field(s): {', '.join(sorted(map(repr, unknown)))}")
+    if "task" not in job:
+        raise ConfigError("a job needs a task")
+    return {**_JOB_DEFAULTS, **job}
+
+
+def schedule(run_at: object, delay: object) -> tuple[dt.datetime | None, float]:
+    """``validate.schedule``, bounded to :data:`SCHEDULE_HORIZON` either way."""
+    run_at, seconds = validate.schedule(run_at, delay)
+    if seconds > SCHEDULE_HORIZON:
+        raise ConfigError(
+            f"delay must be at most {SCHEDULE_HORIZON:g} seconds (100 years), got {seconds:g}"
+        )
+    if run_at is not None:
+        offset = (run_at - dt.datetime.now(dt.UTC)).total_seconds()
+        if abs(offset) > SCHEDULE_HORIZON:
+            raise ConfigError(f"run_at must be within 100 years of now, got {run_at.isoformat()}")
+    return run_at, seconds
+
+
+def job_params(job: Mapping[str, Any], payload_limit: int) -> dict[str, Any]:
+    """The checked parameters of one job for insert_job / insert_jobs / COPY."""
+    run_at, delay = schedule(job["run_at"], job["delay"])
+    return {
+        "task": validate.check_name("task", job["task"]),
+        "queue": validate.check_name("queue", job["queue"]),
+        "payload": validate.encode_payload(job["payload"], payload_limit),
+        "priority": validate.check_priority(job["priority"]),
+        "run_at": run_at,
+        "delay": delay,
+        "max_attempts": validate.check_max_attempts(job["max_attempts"]),
+        "payload_version": validate.check_payload_version(job["payload_version"]),
+        "idempotency_key": validate.check_idempotency_key(job["idempotency_key"]),
+        "ordering_key": validate.check_ordering_key(job["ordering_key"]),
+        "key_policy": validate.check_key_policy(job["key_policy"]),
+    }
+
+
+def job_arrays(params_list: Sequence[Mapping[str, Any]], channel: str) -> dict[str, Any]:
+    """The unnested-array parameters of insert_jobs."""
+    return {
+        "queues": [p["queue"] for p in params_list],
+        "tasks": [p["task"] for p in params_list],
+        "payloads": [p["payload"] for p in params_list],
+        "priorities": [p["priority"] for p in params_list],
+        "run_ats": [p["run_at"] for p in params_list],
+        "delays": [p["delay"] for p in params_list],
+        "max_attempts": [p["max_attempts"] for p in params_list],
+        "payload_versions": [p["payload_version"] for p in params_list],
+        "idempotency_keys": [p["idempotency_key"] for p in params_list],
+        "ordering_keys": [p["ordering_key"] for p in params_list],
+        "key_policies": [p["key_policy"] for p in params_list],
+        "channel": channel,
+    }
+
+
+def copy_row(job_id: int, p: Mapping[str, Any], db_now: dt.datetime) -> tuple[Any, ...]:
+    """One row of copy_jobs; a delay counts from the database clock ``db_now``."""
+    delay = p["delay"]
+    available = p["run_at"] or (db_now + dt.timedelta(seconds=delay) if delay else db_now)
+    return (
+        job_id,
+        p["queue"],
+        p["task"],
+        p["payload"],
+        p["priority"],
+        p["priority"],
+        available,
+        p["max_attempts"],
+        p["payload_version"],
+        p["idempotency_key"],
+    )
+
+
+# -- fences ----------------------------------------------------------------------------
+
+
+def fence_arrays(leases: Sequence[Lease]) -> dict[str, list[Any]]:
+    return {
+        "ids": [lease.job_id for lease in leases],
+        "owners": [lease.owner for lease in leases],
+        "tokens": [lease.token for lease in leases],
+    }
+
+
+def bigint_array(values: Iterable[int]) -> str:
+    """An int8[] literal. psycopg dumps a list at about 0.8 us an element (it picks the
+    smallest integer type that fits, element by element); a literal costs a tenth of that,
+    and the fenced batch statements send two arrays per batch of jobs."""
+    return "{" + ",".join(str(int(v)) for v in values) + "}"
+
+
+def fence_groups(leases: Sequence[Lease]) -> list[dict[str, Any]]:
+    """Parameters of the ``_owned_by_token`` fence: one owner per group, ids ascending and
+    unique, as its binary search needs. A job that one owner holds twice in a batch (a stale
+    lease and the current one) goes into a second group, so neither hides the other."""
+    groups: dict[tuple[str, int], dict[int, int]] = {}
+    for lease in leases:
+        round_ = 0
+        while lease.job_id in groups.setdefault((lease.owner, round_), {}):
+            round_ += 1
+        groups[(lease.owner, round_)][lease.job_id] = lease.token
+    fences = []
+    for (owner, _), tokens in groups.items():
+        ids = sorted(tokens)
+        fences.append(
+            {
+                "owner": owner,
+                "ids": bigint_array(ids),
+                "tokens": bigint_array(tokens[i] for i in ids),
+            }
+        )
+    return fences
+
+
+# -- failures --------------------------------------------------------------------------
+
+
+def detail(redact: Redactor | None, text: str | None) -> str | None:
+    """An error detail as stored: scrubbed of secrets (unless ``redact`` is None), bounded."""
+    if text is not None and redact is not None:
+        text = redact(text)
+    return validate.bound_detail(text)
+
+
+def decide(
+    policy: RetryPolicy,
+    *,
+    attempt: int,
+    max_attempts: int,
+    error_class: ErrorClass,
+    unknown_failures: int,
+    elapsed: float | None,
+    retry_in: float | None = None,
+) -> FailureDecision:
+    """The one decision of what a failed or expired attempt leads to, under ``policy``."""
+    return decide_failure(
+        attempt=attempt,
+        max_attempts=max_attempts,
+        error_class=error_class,
+        delay=policy.delay(attempt, retry_in),
+        unknown_failures=unknown_failures,
+        unknown_attempts=policy.unknown_attempts,
+        elapsed=elapsed,
+        max_elapsed=policy.max_elapsed,
+    )
+
+
+def decide_reported(failure: Failure, default: RetryPolicy) -> FailureDecision:
+    """:func:`decide` for a failure a worker reports; the job's age is counted from its
+    creation to the claim (database clock) plus the time held since (local clock)."""
+    lease = failure.lease
+    elapsed = None
+    if lease.claimed_at is not None and lease.created_at is not None:
+        waited = (lease.claimed_at - lease.created_at).total_seconds()
+        elapsed = waited + (time.monotonic() - lease.claimed_monotonic)
+    return decide(
+        failure.policy or default,
+        attempt=lease.attempt,
+        max_attempts=lease.max_attempts,
+        error_class=failure.effective_class,
+        unknown_failures=lease.unknown_failures,
+        elapsed=elapsed,
+        retry_in=failure.retry_in,
+    )
+
+
+def fail_params(
+    failures: Sequence[Failure], default: RetryPolicy, redact: Redactor | None
+) -> dict[str, Any]:
+    """The parameters of fail_jobs: each failure with its decided next state."""
+    decisions = [decide_reported(f, default) for f in failures]
+    return {
+        **fence_arrays([f.lease for f in failures]),
+        "to_statuses": [str(d.to_status) for d in decisions],
+        "delays": [d.delay for d in decisions],
+        "reasons": [d.reason for d in decisions],
+        "codes": [validate.bound_code(f.error_code) for f in failures],
+        "classes": [str(f.effective_class) for f in failures],
+        "details": [detail(redact, f.detail) for f in failures],
+    }
+
+
+def expire_params(
+    locked: Sequence[Sequence[Any]],
+    default: RetryPolicy,
+    policies: Mapping[str, RetryPolicy] | None,
+    actor: str,
+) -> dict[str, Any]:
+    """The parameters of expire_leases for rows of lock_expired_leases: an expired lease
+    is a transient failure, decided as any reported one is."""
+    decisions = [
+        decide(
+            (policies or {}).get(task) or default,
+            attempt=attempt,
+            max_attempts=max_attempts,
+            error_class=ErrorClass.TRANSIENT,
+            unknown_failures=unknown,
+            elapsed=elapsed,
+        )
+        for _, _, task, attempt, max_attempts, unknown, elapsed, _ in locked
+    ]
+    return {
+        "ids": [row[0] for row in locked],
+        "tokens": [row[1] for row in locked],
+        "to_statuses": [str(d.to_status) for d in decisions],
+        "delays": [d.delay for d in decisions],
+        "reasons": [d.reason for d in decisions],
+        "actor": actor,
+    }
+
+
+# -- the operator filter -----------------------------------------------------------------
+
+
+def job_filter(
+    statuses: Sequence[str], *, job_id: int | None = None, **filters: Unpack[JobFilter]
+) -> dict[str, Any]:
+    """Parameters of the operator filter shared by listing, replay and purge."""
+    unknown = set(filters) - set(JobFilter.__annotations__)
+    if unknown:
+        raise ConfigError(f"unknown job filter: {', '.join(sorted(unknown))}")
+    return {
+        "statuses": [str(JobStatus(s)) for s in statuses],
+        "id": job_id,
+        **{name: filters.get(name) for name in JobFilter.__annotations__},
+    }
+
+
+def unclaimable_params(found: Sequence[Unclaimable]) -> dict[str, Any]:
+    """The parameters of fail_jobs that end claimed-but-unreadable rows dead, each fenced by
+    the lease the claim just took (see ``leaseq.rows``)."""
+    return {
+        "ids": [u.job_id for u in found],
+        "owners": [u.owner for u in found],
+        "tokens": [u.token for u in found],
+        "to_statuses": [str(JobStatus.DEAD)] * len(found),
+        "delays": [0.0] * len(found),
+        "reasons": ["cannot be claimed"] * len(found),
+        "codes": [str(u.code) for u in found],
+        "classes": [str(ErrorClass.PERMANENT)] * len(found),
+        "details": [validate.bound_detail(u.reason) for u in found],
+    }
