@@ -56,7 +56,7 @@ def test_inverse_ratio_turns_two_rates_into_a_time_ratio() -> None:
 
 
 def test_worker_summary_line_is_parsed() -> None:
-    # The wording `leaseq worker --burst` prints (leaseq/cli.py); bench depends on it.
+    # The wording `leaseq worker --burst` prints (leaseq/cli/worker.py); bench depends on it.
     line = "processed 500 job(s) in 0.25s (2008/s): 500 succeeded, 0 failed, 0 lost lease(s)"
     match = WORKER_LINE.search(line)
     assert match is not None
