@@ -16,7 +16,9 @@ from typing import Any
 from leaseq.errors import ConfigError, PayloadError
 
 NAME_MAX = 128
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-/]*$")
+# Patterns that validate input are applied with fullmatch: "$" also matches before a final
+# newline, so "name\n" would pass a ``match``.
+_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-/]*")
 
 PRIORITY_MIN = -32768
 PRIORITY_MAX = 32767
@@ -40,7 +42,7 @@ def check_name(kind: str, value: object) -> str:
         return value
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{kind} name must be a non-empty string, got {_short(value)}")
-    if len(value) > NAME_MAX or not _NAME_RE.match(value):
+    if len(value) > NAME_MAX or not _NAME_RE.fullmatch(value):
         raise ConfigError(
             f"invalid {kind} name {_short(value)}: use letters, digits and _ . : - / "
             f"(at most {NAME_MAX} characters, not starting with punctuation)"
@@ -51,7 +53,7 @@ def check_name(kind: str, value: object) -> str:
 @functools.lru_cache(maxsize=4096)
 def _known_good(value: str) -> bool:
     # Bulk enqueues repeat a handful of names thousands of times: check each once.
-    return 0 < len(value) <= NAME_MAX and _NAME_RE.match(value) is not None
+    return 0 < len(value) <= NAME_MAX and _NAME_RE.fullmatch(value) is not None
 
 
 def check_int(kind: str, value: object, low: int, high: int) -> int:
@@ -85,13 +87,26 @@ def check_payload_version(value: object) -> int | None:
     return check_int("payload_version", value, 0, 2**31 - 1)
 
 
+def _storable(text: str) -> bool:
+    """PostgreSQL text holds neither NUL nor lone surrogates (not valid UTF-8)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_idempotency_key(value: object) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > 200:
+    if not isinstance(value, str) or not value or len(value) > 200 or not _storable(value):
         raise ConfigError(
-            f"idempotency_key must be a non-empty string of at most 200 characters, "
-            f"got {_short(value)}"
+            f"idempotency_key must be a non-empty string of at most 200 characters "
+            f"(no NUL, valid Unicode), got {_short(value)}"
         )
     return value
 
@@ -99,10 +114,10 @@ def check_idempotency_key(value: object) -> str | None:
 def check_ordering_key(value: object) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > 200 or "\x00" in value:
+    if not isinstance(value, str) or not value or len(value) > 200 or not _storable(value):
         raise ConfigError(
-            f"ordering_key must be a non-empty string of at most 200 characters, "
-            f"got {_short(value)}"
+            f"ordering_key must be a non-empty string of at most 200 characters "
+            f"(no NUL, valid Unicode), got {_short(value)}"
         )
     return value
 
@@ -128,6 +143,8 @@ def check_worker_id(value: object) -> str:
             f"worker id must be a non-empty string of at most {WORKER_ID_MAX} characters, "
             f"got {_short(value)}"
         )
+    if not _storable(value):
+        raise ConfigError(f"worker id must not contain NUL or lone surrogates, got {_short(value)}")
     return value
 
 
@@ -157,30 +174,106 @@ def schedule(run_at: object, delay: object) -> tuple[dt.datetime | None, float]:
 # One encoder for every payload: json.dumps() with options builds a new one per call.
 _PAYLOAD_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 
+#: How deeply lists and objects may nest in a payload (``[]`` is one level). The worker
+#: decodes payloads with the json module, which recurses once per level and fails near the
+#: interpreter's recursion limit (about 1000, less the worker's own frames); 64 leaves a wide
+#: margin and is far deeper than any real payload.
+PAYLOAD_MAX_DEPTH = 64
+_TOO_DEEP = f"payload nests lists and objects more than {PAYLOAD_MAX_DEPTH} levels deep"
+
+# A real NUL is encoded as \u0000 after an odd run of backslashes; "\\u0000" (an escaped
+# backslash, then the text u0000) is not one.
+_NUL_RE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# An object key given as int, float, bool or None is written as "1":, "1e+20":, "true":,
+# "false": or "null":, so every such key ends in one of these. Searching from the literal
+# '":' (and ruling out most keys by their last character) keeps the scan cheap; a string key
+# that happens to match only costs a precise look.
+_CONVERTED_KEY_RE = re.compile(
+    r'":(?<=[0-9el]":)(?:(?<=[0-9]":)|(?<=true":)|(?<=false":)|(?<=null":))'
+)
+_CONTAINERS = (dict, list, tuple)
+
 
 def encode_payload(payload: Any, limit: int = DEFAULT_PAYLOAD_LIMIT) -> str:
-    """JSON text of ``payload``, refusing what JSON cannot carry and what is too large."""
+    """JSON text of ``payload``, refusing what JSON cannot carry faithfully (non-string
+    object keys), what the worker could not decode (nesting deeper than
+    :data:`PAYLOAD_MAX_DEPTH`), what PostgreSQL cannot store (NUL, lone surrogates) and what
+    is larger than ``limit`` bytes. Every refusal is a one-line :class:`PayloadError`.
+
+    The structural checks read the encoded text first: a payload can nest more than
+    :data:`PAYLOAD_MAX_DEPTH` levels only if it has more brackets than that, and can have
+    converted keys only if the key pattern matches. Only such payloads are walked.
+    """
     try:
         text = _PAYLOAD_ENCODER.encode(payload)
+    except RecursionError:
+        raise PayloadError(_TOO_DEEP) from None
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
-    if "\\u0000" in text:
+    if "\\u0000" in text and _NUL_RE.search(text):
         raise PayloadError("payload contains a NUL character, which PostgreSQL jsonb refuses")
-    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    if text.isascii():
+        size = len(text)
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise PayloadError(
+                f"payload contains {text[exc.start]!r}, a lone surrogate that is not valid "
+                "Unicode text and cannot be stored"
+            ) from None
     if size > limit:
         raise PayloadError(f"payload is {size} bytes, over the limit of {limit} bytes")
+    deep = size > 2 * PAYLOAD_MAX_DEPTH and text.count("[") + text.count("{") > PAYLOAD_MAX_DEPTH
+    keys = _CONVERTED_KEY_RE.search(text) is not None
+    if deep or keys:
+        _check_structure(payload, keys=keys)
     return text
 
 
+def _check_structure(payload: Any, *, keys: bool) -> None:
+    """Walk the containers of an encodable payload (iteratively, so depth cannot overflow
+    the stack): refuse nesting deeper than :data:`PAYLOAD_MAX_DEPTH` and, when ``keys``,
+    object keys that are not strings."""
+    stack: list[tuple[Any, int]] = [(payload, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > PAYLOAD_MAX_DEPTH:
+            raise PayloadError(_TOO_DEEP)
+        children: Any = node
+        if isinstance(node, dict):
+            if keys:
+                for key in node:
+                    if not isinstance(key, str):
+                        raise PayloadError(
+                            f"payload has a non-string object key {_short(key)}: JSON keys "
+                            "are strings, and converting it could merge it with another "
+                            "key; use string keys"
+                        )
+            children = node.values()
+        for child in children:
+            if isinstance(child, _CONTAINERS):
+                stack.append((child, depth + 1))
+
+
+def _text_for_storage(text: str) -> str:
+    """``text`` without NUL, lone surrogates replaced by "?": error codes and details come
+    from handlers' exceptions, and must be stored whatever they hold."""
+    text = text.replace("\x00", "")
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def bound_code(code: object) -> str:
-    text = str(code).strip() or "ERROR"
+    text = _text_for_storage(str(code)).strip() or "ERROR"
     return text[:ERROR_CODE_MAX]
 
 
 def bound_detail(detail: object | None) -> str | None:
     if detail is None:
         return None
-    text = str(detail).replace("\x00", "")
+    text = _text_for_storage(str(detail))
     if len(text) <= ERROR_DETAIL_MAX:
         return text
     # Keep both ends: the start says what failed, the end of a traceback says where.

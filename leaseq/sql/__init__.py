@@ -22,7 +22,7 @@ _CODE_RE = re.compile(r"\{code:(\w+)\}")
 
 def check_schema_name(schema: str) -> str:
     """Accept only plain lower-case identifiers, so quoting can never be bypassed."""
-    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+    if not isinstance(schema, str) or not _SCHEMA_RE.fullmatch(schema):
         raise ConfigError(
             f"invalid schema name {schema!r}: use lower-case letters, digits and _ "
             "(at most 63 characters, not starting with a digit)"

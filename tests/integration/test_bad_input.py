@@ -1,7 +1,8 @@
-"""Bad input from every side: hostile payloads and names written straight into the table,
-injection attempts through the CLI, a DSN pointing nowhere, a schema newer than the code.
-Each gets a clear error or a dead job with a code; the worker keeps running; other jobs are
-unaffected."""
+"""Bad input from every side: hostile payloads and names written straight into the table or
+given to every enqueue path (too deep, lone surrogates, NUL, non-string keys, a trailing
+newline), injection attempts through the CLI, a DSN pointing nowhere, a schema newer than the
+code. Each gets a clear one-line error and stores nothing, or a dead job with a code; the
+worker keeps running; other jobs are unaffected."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pytest
 
 import leaseq
 from leaseq import JobStatus
+from leaseq.client import COPY_THRESHOLD
+from leaseq.validate import PAYLOAD_MAX_DEPTH
 from tests.support.helpers import rows, run_sql
 from tests.support.procs import ROOT
 
@@ -160,3 +163,88 @@ def test_absurd_numbers_are_refused(dsn: str, schema: str, client: leaseq.Client
         ("jobs", "show", "99999999999999999999999"),
     ):
         _one_line_error(_cli(dsn, schema, *args))
+
+
+def _nested(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+HOSTILE_PAYLOADS = [
+    pytest.param(_nested(5_000), id="5000-deep"),
+    pytest.param(_nested(10_000), id="10000-deep"),
+    pytest.param(_nested(990), id="990-deep-worker-could-not-decode"),
+    pytest.param({"s": "\ud800"}, id="lone-surrogate"),
+    pytest.param({"\udfff": 1}, id="lone-surrogate-key"),
+    pytest.param({1: "a", "1": "b"}, id="colliding-keys"),
+    pytest.param({"x": [{2: "int key"}]}, id="nested-int-key"),
+    pytest.param({"p": "C:\\u0000\x00"}, id="real-nul-after-escaped-text"),
+]
+
+
+@pytest.mark.parametrize("payload", HOSTILE_PAYLOADS)
+def test_hostile_payloads_are_one_line_payload_errors_on_every_enqueue_path(
+    dsn: str, schema: str, client: leaseq.Client, payload: Any
+) -> None:
+    """enqueue, enqueue_many (one statement) and enqueue_many past the COPY threshold:
+    each refuses with a one-line PayloadError (no RecursionError or UnicodeEncodeError
+    escapes) and stores nothing, even when the bad job is the last of a large batch."""
+    good = [{"task": "t", "payload": {"n": i}} for i in range(COPY_THRESHOLD)]
+    for call in (
+        lambda: client.enqueue("t", payload),
+        lambda: client.enqueue_many(
+            [{"task": "t", "payload": {"n": 0}}, {"task": "t", "payload": payload}]
+        ),
+        lambda: client.enqueue_many([*good, {"task": "t", "payload": payload}]),
+    ):
+        with pytest.raises(leaseq.PayloadError) as info:
+            call()
+        assert str(info.value) and "\n" not in str(info.value)
+    assert rows(dsn, "SELECT count(*) FROM {s}.jobs", schema) == [(0,)]
+
+
+def test_names_and_schema_with_a_trailing_newline_are_refused(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """ "$" matches before a final newline: "t\\n" used to be stored, and a schema "s\\n"
+    reached PostgreSQL as a syntax error."""
+    for call in (
+        lambda: client.enqueue("t\n"),
+        lambda: client.enqueue("t", queue="q\n"),
+        lambda: client.enqueue_many([{"task": "t\n"}]),
+        lambda: leaseq.Client(dsn, schema="s\n").migrate(),
+    ):
+        with pytest.raises(leaseq.ConfigError):
+            call()
+    assert rows(dsn, "SELECT count(*) FROM {s}.jobs", schema) == [(0,)]
+    assert rows(dsn, "SELECT to_regnamespace(%s) IS NULL", schema, '"s\n"') == [(True,)]
+
+
+def test_payloads_round_trip_exactly_at_the_edges(client: leaseq.Client) -> None:
+    """Text that merely looks like a NUL escape is stored as given, and the deepest payload
+    enqueue accepts is one a worker can decode."""
+    payloads = [
+        {"p": "C:\\u0000dir", "q": "\\\\u0000", "k\\u0000": 1},
+        {"deep": _nested(PAYLOAD_MAX_DEPTH - 1)},
+        {"1": "string keys that look numeric are fine", "true": None},
+    ]
+    ids = client.enqueue_many([{"task": "t", "payload": p} for p in payloads])
+    leases = sorted(client.claim(worker="w", limit=10), key=lambda lease: lease.job_id)
+    assert [lease.job_id for lease in leases] == ids
+    assert [lease.payload for lease in leases] == payloads
+
+
+def test_handler_error_codes_and_details_with_surrogates_or_nul_are_stored(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """A handler's exception text is not ours to choose: a lone surrogate or NUL in its code
+    or detail must not make the failure write itself fail."""
+    job_id = client.enqueue("t", max_attempts=1)
+    (lease,) = client.claim(worker="w")
+    assert client.fail(lease, "E\ud800\x00", detail="bad \udfff \x00 text", retryable=False)
+    assert rows(
+        dsn, "SELECT status::text, last_error_code, last_error_detail FROM {s}.jobs", schema
+    ) == [("dead", "E?", "bad ?  text")]
+    assert client.get_job(job_id).status is JobStatus.DEAD  # type: ignore[union-attr]

@@ -1,7 +1,11 @@
 """A hypothesis state machine against a real schema: random interleavings of enqueue, claim,
-complete, fail, heartbeat, release, lease expiry, sweep, cancel, replay, skip and prune by
-several virtual workers, with the invariants of DESIGN.md section 3 (and the per-key order of
-README "Ordering and fairness") checked after every step.
+complete, fail, heartbeat, release, lease expiry, sweep, cancel, replay, skip, purge and prune
+by several virtual workers, with the invariants of DESIGN.md section 3 (and the per-key order
+of README "Ordering and fairness") checked after every step.
+
+Every stored event of every job is also checked against ``leaseq.states.TRANSITIONS``: each
+(event, from, to) must be in the table, and consecutive events must connect through the
+transitions that write no event (claim, heartbeat, completion).
 
 The test keeps a model of every job (status, fencing token, attempts, cancel request, lease
 holder, audit trail) and predicts each call's result exactly: a fenced write with a stale or
@@ -33,6 +37,7 @@ from hypothesis.stateful import (
 from psycopg import sql
 
 import leaseq
+from leaseq.states import TRANSITIONS, UNRECORDED_EVENTS, JobStatus, allowed
 
 WORKERS = ("w0", "w1", "w2")
 LEASE_SECONDS = 600.0  # never runs out by itself during a run: only the test expires leases
@@ -51,6 +56,25 @@ job_specs = st.tuples(
 
 # (event, from_status, to_status, lease_token, attempt) as stored in job_events.
 Event = tuple[str, str | None, str | None, int | None, int | None]
+
+# Keyed jobs get their own task name, so a purge can be limited to jobs without a key.
+UNKEYED_TASK, KEYED_TASK = "sm.task", "sm.keyed"
+
+
+def _unrecorded_reach(status: str | None) -> set[str | None]:
+    """Statuses a job can reach from ``status`` without writing an event (claim, heartbeat,
+    completion), ``status`` included."""
+    reach: set[str | None] = {status}
+    frontier = [status]
+    while frontier:
+        here = frontier.pop()
+        for move in TRANSITIONS:
+            to = None if move.to_status is None else str(move.to_status)
+            src = None if move.from_status is None else str(move.from_status)
+            if move.event in UNRECORDED_EVENTS and src == here and to not in reach:
+                reach.add(to)
+                frontier.append(to)
+    return reach
 
 
 @dataclass
@@ -124,6 +148,7 @@ class LeaseqMachine(RuleBasedStateMachine):
         )
         self.client.migrate()
         self.model: dict[int, JobModel] = {}
+        self.purged: dict[int, JobModel] = {}  # gone from the table, their trail kept
         self.issued: dict[tuple[int, int], leaseq.Lease] = {}
         self.seen_tokens: dict[int, int] = {}
         self.clock = 0  # logical time: one tick per claim or replay
@@ -174,7 +199,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             ((max_attempts, key, policy),) = specs
             ids = [
                 self.client.enqueue(
-                    "sm.task",
+                    KEYED_TASK if key else UNKEYED_TASK,
                     {"n": 0},
                     max_attempts=max_attempts,
                     ordering_key=key,
@@ -184,7 +209,13 @@ class LeaseqMachine(RuleBasedStateMachine):
         else:
             ids = self.client.enqueue_many(
                 [
-                    dict(task="sm.task", payload=i, max_attempts=m, ordering_key=k, key_policy=p)
+                    dict(
+                        task=KEYED_TASK if k else UNKEYED_TASK,
+                        payload=i,
+                        max_attempts=m,
+                        ordering_key=k,
+                        key_policy=p,
+                    )
                     for i, (m, k, p) in enumerate(specs)
                 ]
             )
@@ -422,6 +453,23 @@ class LeaseqMachine(RuleBasedStateMachine):
         else:
             self._replay(job_id, allow_cancelled=action == "replay+cancelled")
 
+    @rule(error_code=st.sampled_from([None, "E_PERMANENT", "E_UNKNOWN", "LEASE_EXPIRED"]))
+    def purge(self, error_code: str | None) -> None:
+        """An operator deletes dead jobs without a key; each leaves a final 'purged' event."""
+        doomed = self._ids(
+            lambda j: (
+                j.status == "dead" and j.key is None and error_code in (None, j.last_error_code)
+            )
+        )
+        deleted = self.client.purge_dead(
+            reason="clean up", actor="op", task=UNKEYED_TASK, error_code=error_code
+        )
+        assert deleted == len(doomed), f"purge deleted {deleted}, expected {doomed}"
+        for job_id in doomed:
+            job = self.model.pop(job_id)
+            job.events.append(("purged", "dead", None, job.token, job.attempts))
+            self.purged[job_id] = job
+
     @rule(older_than=st.sampled_from([0.001, 86400.0]))
     def prune(self, older_than: float) -> None:
         """Retention may delete succeeded and cancelled jobs, never unfinished or dead ones."""
@@ -506,9 +554,37 @@ class LeaseqMachine(RuleBasedStateMachine):
             "FROM {s}.job_events ORDER BY id"
         ):
             events.setdefault(job_id, []).append(tuple(event))
-        assert set(events) <= set(self.model), "events of jobs that are gone"
-        for job_id, job in self.model.items():
+        assert set(events) <= set(self.model) | set(self.purged), "events of pruned jobs"
+        for job_id, job in (self.model | self.purged).items():
             assert events.get(job_id, []) == job.events, f"job {job_id}: audit trail differs"
+
+    @invariant()
+    def trail_follows_the_transition_table(self) -> None:
+        """Oracle: every stored event is a transition of ``states.TRANSITIONS`` (an unknown
+        name fails), and each job's trail is a path through the table: from enqueue to the
+        first event, between events, and from the last event to the row's status, only
+        transitions that write no event may happen."""
+        trails: dict[int, list[tuple[str, str | None, str | None]]] = {}
+        for job_id, event, src, dst in self._query(
+            "SELECT job_id, event, from_status::text, to_status::text FROM {s}.job_events "
+            "ORDER BY id"
+        ):
+            assert allowed(event, src, dst), (
+                f"job {job_id}: stored event {event} {src} -> {dst} is not in states.TRANSITIONS"
+            )
+            trails.setdefault(job_id, []).append((event, src, dst))
+        status_now = dict(self._query("SELECT id, status::text FROM {s}.jobs"))
+        for job_id, trail in trails.items():
+            here: str | None = str(JobStatus.PENDING)  # enqueued
+            for event, src, dst in trail:
+                assert src in _unrecorded_reach(here), (
+                    f"job {job_id}: {event} from {src}, but the trail left it {here}"
+                )
+                here = dst
+            final = status_now.get(job_id)
+            assert final in _unrecorded_reach(here), (
+                f"job {job_id}: row is {final}, but the trail left it {here}"
+            )
 
     @invariant()
     def ordering_keys_hold(self) -> None:

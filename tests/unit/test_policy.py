@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from leaseq.errors import ConfigError, Permanent, Retry
 from leaseq.retry import Classifier, ErrorClass, RetryPolicy
-from leaseq.states import JobStatus, allowed, decide_failure
+from leaseq.states import JobStatus, decide_failure
 from leaseq.validate import parse_duration
 
 
@@ -44,25 +44,6 @@ def test_time_budget_stops_retries_that_would_start_too_late() -> None:
     assert decide_failure(**common, delay=10, elapsed=49).retry
     late = decide_failure(**common, delay=10, elapsed=51)
     assert not late.retry and "time budget" in late.reason
-
-
-@pytest.mark.parametrize(
-    ("event", "src", "dst", "ok"),
-    [
-        ("claim", JobStatus.PENDING, JobStatus.RUNNING, True),
-        ("claim", JobStatus.RUNNING, JobStatus.RUNNING, False),
-        ("complete", JobStatus.RUNNING, JobStatus.SUCCEEDED, True),
-        ("complete", JobStatus.DEAD, JobStatus.SUCCEEDED, False),
-        ("replay", JobStatus.DEAD, JobStatus.PENDING, True),
-        ("replay", JobStatus.CANCELLED, JobStatus.PENDING, True),
-        ("replay", JobStatus.SUCCEEDED, JobStatus.PENDING, False),
-        ("release", JobStatus.RUNNING, JobStatus.PENDING, True),
-        ("cancel", JobStatus.RUNNING, JobStatus.CANCELLED, False),
-        ("teleport", JobStatus.PENDING, JobStatus.SUCCEEDED, False),
-    ],
-)
-def test_transition_table(event: str, src: JobStatus, dst: JobStatus, ok: bool) -> None:
-    assert allowed(event, src, dst) is ok
 
 
 def test_terminal_states() -> None:
