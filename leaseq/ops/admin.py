@@ -138,11 +138,23 @@ class AdminOps(ClientBase):
             "reason": validate.bound_detail(reason),
         }
         total = 0
-        while done := len(self._rows("purge_jobs", params)):
+        while done := self._purge_batch(params):
             total += done
             if on_progress is not None:
                 on_progress(done)
         return total
+
+    def _purge_batch(self, params: dict[str, Any]) -> int:
+        with self._transaction() as conn:
+            candidates = self._rows("replay_candidates", params, conn)
+            if not candidates:
+                return 0
+            keys = self._lock_keys(conn, [key for _, key in candidates])
+            ids = [job_id for job_id, _ in candidates]
+            purged = len(self._rows("purge_jobs", {**params, "ids": ids}, conn))
+            # A purged dead head no longer holds its key: the next job of the key may run.
+            self._promote_keys(conn, keys)
+            return purged
 
     def prune(
         self,

@@ -434,12 +434,14 @@ LIMIT %(limit)s;
 SELECT count(*) FROM {schema}.jobs WHERE {_job_filter};
 
 -- name: purge_jobs
--- Deletes dead jobs an operator chose, in bounded batches. Their audit trail stays, with a
--- final 'purged' row saying who removed them and why.
+-- Deletes dead jobs an operator chose, in bounded batches (ids from replay_candidates, whose
+-- ordering keys the caller has locked: a purged dead head must let its key move on, so the
+-- caller re-decides those keys' heads in the same transaction). Their audit trail stays,
+-- with a final 'purged' row saying who removed them and why.
 WITH doomed AS (
   SELECT id, status, lease_token, attempt_count
   FROM {schema}.jobs
-  WHERE {_job_filter}
+  WHERE {_job_filter} AND id = ANY(%(ids)s::bigint[])
   ORDER BY id
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
