@@ -123,6 +123,22 @@ METRICS: tuple[MetricSpec, ...] = (
         "worker",
         "Expired leases this worker's sweeper recovered: requeued, dead or cancelled.",
     ),
+    MetricSpec(
+        "leaseq_late_starts_total",
+        "counter",
+        (),
+        "worker",
+        "Claimed jobs not started because their lease ended first (slow claim, paused "
+        "worker); nothing was run or reported under them.",
+    ),
+    MetricSpec(
+        "leaseq_claim_errors_total",
+        "counter",
+        ("queue",),
+        "worker",
+        "Claims that failed on bad data (a row the claim could not handle); the queue is "
+        "backed off and the worker keeps running.",
+    ),
     MetricSpec("leaseq_worker_slots", "gauge", (), "worker", "Handler slots (concurrency)."),
     MetricSpec(
         "leaseq_worker_busy_slots",
@@ -341,6 +357,8 @@ class WorkerMetrics:
         self.leases_lost = make("leaseq_leases_lost_total")
         self.heartbeat_failures = make("leaseq_heartbeat_failures_total")
         self.lease_expirations = make("leaseq_lease_expirations_total")
+        self.late_starts = make("leaseq_late_starts_total")
+        self.claim_errors = make("leaseq_claim_errors_total")
         self.slots = make("leaseq_worker_slots")
         self.busy_slots = make("leaseq_worker_busy_slots")
         self.held_leases = make("leaseq_worker_held_leases")

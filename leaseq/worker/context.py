@@ -1,4 +1,5 @@
-"""What a handler gets besides its payload: who it is running as, and the lease's health."""
+"""What a handler gets besides its payload (``JobContext``): who it is running as, the
+lease's health, and the doors to effects and fenced transactions (see effects.py)."""
 
 from __future__ import annotations
 
@@ -9,27 +10,22 @@ from typing import TYPE_CHECKING, Any
 
 from leaseq import validate as checks
 from leaseq.codes import ErrorCode
-from leaseq.errors import ConfigError, LeaseqError
+from leaseq.errors import ConfigError
 from leaseq.models import Lease
+from leaseq.worker.aborts import JobAborted, LeaseLost, aborted, lease_lost
+from leaseq.worker.effects import (
+    EffectSite,
+    FencedTransaction,
+    Reconciler,
+    run_effect,
+    run_effect_async,
+)
 
 if TYPE_CHECKING:
     from leaseq.client import Client
     from leaseq.client_async import AsyncClient
-    from leaseq.worker.effects import EffectSite, FencedTransaction, Reconciler
 
-
-class JobAborted(LeaseqError):
-    """Raised by :meth:`JobContext.progress` once the worker gave up on this attempt
-    (``reason``: ``NO_PROGRESS``, ``MAX_RUNTIME_EXCEEDED``, ``CANCELLED``, ``WORKER_SHUTDOWN``
-    or ``LEASE_LOST``). The worker has already recorded the outcome; just stop."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class LeaseLost(JobAborted):
-    """The lease is gone (expired, or taken by another worker): stop, report nothing."""
+__all__ = ["JobAborted", "JobContext", "JobServices", "LeaseLost"]
 
 
 @dataclass
@@ -134,12 +130,7 @@ class JobContext:
         """
         reason = self._abort
         if reason is not None:
-            message = f"job {self.job_id} (token {self.fencing_token}) aborted: {reason}"
-            raise (
-                LeaseLost(reason, message)
-                if reason == ErrorCode.LEASE_LOST
-                else JobAborted(reason, message)
-            )
+            raise aborted(self.lease, reason)
         self._last_progress = time.monotonic()
         self.progress_note = note
 
@@ -194,14 +185,10 @@ class JobContext:
     def _joined(self, ok: bool) -> None:
         if not ok:
             self.abort(ErrorCode.LEASE_LOST)
-            raise LeaseLost(
-                ErrorCode.LEASE_LOST, f"job {self.job_id} (token {self.fencing_token}): lease lost"
-            )
+            raise lease_lost(self.lease)
         self._completion_pending = True
 
     def _site(self, name: str, key: str | None) -> EffectSite:
-        from leaseq.worker.effects import EffectSite
-
         checks.check_name("effect", name)
         if key is not None and (not isinstance(key, str) or len(key) > 200):
             raise ConfigError(f"effect key must be a string of at most 200 characters: {key!r}")
@@ -222,8 +209,6 @@ class JobContext:
         uncertain: the task's reconcile hook for ``name`` decides (done / redo / dead);
         without a hook the job stops as dead with ``UNCERTAIN_EFFECT``.
         """
-        from leaseq.worker.effects import run_effect
-
         services = self._require_services()
         if services.sync_client is None:
             raise ConfigError("use `await ctx.effect_async(...)` in an async handler")
@@ -233,8 +218,6 @@ class JobContext:
         self, name: str, fn: Callable[[str], Any], *, key: str | None = None
     ) -> Any:
         """:meth:`effect` for async handlers; ``fn`` may return an awaitable."""
-        from leaseq.worker.effects import run_effect_async
-
         services = self._require_services()
         if services.async_client is None:
             raise ConfigError("use `ctx.effect(...)` in a sync handler")
@@ -243,7 +226,5 @@ class JobContext:
     def transaction(self) -> FencedTransaction:
         """A transaction whose commit includes this job's fenced completion; see
         :class:`leaseq.worker.effects.FencedTransaction`."""
-        from leaseq.worker.effects import FencedTransaction
-
         services = self._require_services()
         return FencedTransaction(self, services.sync_client, services.async_client)

@@ -19,21 +19,35 @@ from __future__ import annotations
 import enum
 import inspect
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
 from leaseq import validate
 from leaseq.codes import ErrorCode
 from leaseq.errors import PayloadError, Permanent
-from leaseq.models import EffectRecord
+from leaseq.models import EffectRecord, Lease
+from leaseq.worker.aborts import LeaseLost, lease_lost
 
 if TYPE_CHECKING:
     from leaseq.client import Client
     from leaseq.client_async import AsyncClient
-    from leaseq.worker.context import JobContext
+
+
+class Attempt(Protocol):
+    """What effects need of a running attempt (a ``JobContext`` is one); a protocol, so
+    that this module does not depend on the context module that uses it."""
+
+    @property
+    def lease(self) -> Lease: ...
+
+    def abort(self, reason: str) -> bool: ...
+
+    def effect_key(self, name: str, key: str | None = None) -> str: ...
+
+    def mark_completed(self) -> None: ...
 
 
 class EffectDecision(enum.StrEnum):
@@ -64,7 +78,9 @@ class UncertainEffect(Permanent):
         self.record = record
 
 
-Reconciler = Callable[["JobContext", EffectRecord], Any]
+#: A task's reconcile hook: ``hook(ctx, record)`` with the job's ``JobContext``, returning an
+#: ``EffectDecision`` (or its value), possibly awaitable in async tasks.
+Reconciler = Callable[[Any, EffectRecord], Any]
 
 
 # -- the protocol, once ------------------------------------------------------------------
@@ -114,8 +130,6 @@ def effect_flow(name: str, key: str) -> Generator[_Step, Any, Any]:
         if decision is EffectDecision.DEAD:
             raise UncertainEffect(record, "stopping for a human instead of repeating it")
     if not (yield _Start()):
-        from leaseq.worker.context import LeaseLost
-
         raise LeaseLost(ErrorCode.LEASE_LOST, f"lease lost before effect {name!r} could start")
     try:
         result = yield _Call()
@@ -150,7 +164,7 @@ def _decision(value: Any, record: EffectRecord) -> EffectDecision:
 class EffectSite:
     """Everything the drivers need about one effect of one attempt."""
 
-    ctx: JobContext
+    ctx: Attempt
     name: str
     key: str
     reconciler: Reconciler | None
@@ -228,8 +242,6 @@ async def _maybe_await(value: Any) -> Any:
 def _finish(finish: Callable[..., Any], site: EffectSite, step: _Finish) -> Any:
     lease = site.ctx.lease
     if step.token is not None and step.token != lease.token:
-        from dataclasses import replace
-
         lease = replace(lease, token=step.token)
     return finish(
         lease, site.name, site.key, status=step.status, result=step.result, error=step.error
@@ -251,7 +263,7 @@ class FencedTransaction:
 
     def __init__(
         self,
-        ctx: JobContext,
+        ctx: Attempt,
         sync_client: Callable[[], Client] | None,
         async_client: AsyncClient | None,
     ) -> None:
@@ -262,14 +274,8 @@ class FencedTransaction:
         self._tx_cm: Any = None
 
     def _lost(self) -> BaseException:
-        from leaseq.worker.context import LeaseLost
-
         self._ctx.abort(ErrorCode.LEASE_LOST)
-        lease = self._ctx.lease
-        return LeaseLost(
-            ErrorCode.LEASE_LOST,
-            f"job {lease.job_id} (token {lease.token}): lease lost; transaction rolled back",
-        )
+        return lease_lost(self._ctx.lease, "lease lost; transaction rolled back")
 
     def __enter__(self) -> psycopg.Connection[Any]:
         if self._sync_client is None:

@@ -87,4 +87,8 @@ class Outage:
             self._failures = 0
 
     def backoff(self) -> float:
-        return backoff(self._failures + 1, base=self._base, cap=self._cap, jitter=0.5)
+        return self.backoff_after(self._failures)
+
+    def backoff_after(self, failures: int) -> float:
+        """The delay after ``failures`` consecutive failures of anything (same curve)."""
+        return backoff(failures + 1, base=self._base, cap=self._cap, jitter=0.5)

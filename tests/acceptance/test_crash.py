@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import leaseq
 from leaseq import JobStatus
@@ -71,6 +72,56 @@ def test_seed_3_paused_worker_resumes_and_reports_nothing(
     assert job is not None and job.finished_at == finished_at and job.lease_token == 2
     assert [line.split(":")[1] for line in marker.read_text().splitlines()] == ["1", "2"]
     assert [e.event for e in client.job_events(job_id)] == ["lease_expired"]
+
+
+def _claim_waits_on_a_lock(dsn: str, schema: str) -> bool:
+    ((n,),) = rows(
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND query LIKE %s AND query LIKE '%%lease_token = j.lease_token + 1%%'",
+        schema,
+        f"%{schema}%",
+    )
+    return int(n) > 0
+
+
+def test_worker_paused_between_claim_and_start_never_starts_under_the_ended_lease(
+    dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
+) -> None:
+    """Boundary: the gap between a claim's commit and the handler's start. The worker's
+    claim is held on a table lock, the worker is SIGSTOPped, the lock released (the claim
+    commits, its answer waits in the socket) and the lease left to end; then SIGCONT.
+    Invariant: the handler never starts under that token; the job runs once, under the
+    next token, after a sweep."""
+    marker = tmp_path / "runs"
+    args = ("--lease-seconds", "2", "--poll-interval", "0.05", "--sweep-interval", "0.2")
+    with WorkerProcess(dsn, schema, *args, log_dir=tmp_path) as worker:
+        with psycopg.connect(dsn) as conn:
+            conn.execute(
+                sql.SQL("LOCK TABLE {}.jobs IN ACCESS EXCLUSIVE MODE").format(
+                    sql.Identifier(schema)
+                )
+            )
+            job_id = client.enqueue("touch_then_sleep", {"marker": str(marker)}, connection=conn)
+            wait_for(lambda: _claim_waits_on_a_lock(dsn, schema), 30, "the claim to block")
+            time.sleep(1.8)  # most of the lease passes while the claim waits
+            worker.signal(signal.SIGSTOP)
+            conn.commit()
+        wait_for(
+            lambda: _count(dsn, schema, "status = 'running' AND lease_expires_at <= now()") == 1,
+            10,
+            "the paused worker's lease to end",
+        )
+        time.sleep(0.1)  # margin: the local deadline is no later than the database's
+        worker.signal(signal.SIGCONT)
+        wait_for(lambda: _count(dsn, schema, "status = 'succeeded'") == 1, 30, "the retry")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.output()
+        out = worker.output()
+    assert "lease ended before its handler could start" in out or "lease lost" in out, out
+    assert [line.split(":")[1] for line in marker.read_text().splitlines()] == ["2"]
+    job = client.get_job(job_id)
+    assert job is not None and (job.status, job.lease_token) == (JobStatus.SUCCEEDED, 2)
 
 
 def test_seed_9_polling_drains_while_every_listener_is_killed(

@@ -1,0 +1,316 @@
+"""One attempt of one job: from a claimed lease to an outcome handed to the completer.
+
+For each lease: wait for a slot, check the payload (version, the task's validate), check
+that the lease can still be valid, run the handler (async ones on the loop, sync ones in a
+pool thread), classify what it raised, and hand the outcome to the completer; once the
+completer knows what was committed, count it and log it.
+
+A handler never starts under a lease whose local deadline has passed (a claim that took
+longer than the lease, a paused process, a sync job that waited for a thread): the lease is
+surely gone or about to be, so the attempt is dropped with nothing reported under it, and
+the sweeper recovers the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from leaseq.app import App, Task
+from leaseq.client import Client
+from leaseq.client_async import AsyncClient
+from leaseq.codes import ErrorCode
+from leaseq.errors import Permanent, Retry
+from leaseq.models import Failure, Lease
+from leaseq.retry import ErrorClass
+from leaseq.states import JobStatus
+from leaseq.worker.aborts import JobAborted
+from leaseq.worker.completer import Completer
+from leaseq.worker.config import WorkerConfig
+from leaseq.worker.context import JobContext, JobServices
+from leaseq.worker.inflight import InFlight, Running, abort_detail, job_fields, jobs_log
+from leaseq.worker.outage import TRANSIENT, Outage
+
+log = logging.getLogger("leaseq.worker")
+
+
+class Executor:
+    """Starts and runs attempts; owns the handler slots, threads and handler clients."""
+
+    def __init__(
+        self,
+        app: App,
+        config: WorkerConfig,
+        client: AsyncClient,
+        inflight: InFlight,
+        completer: Completer,
+        outage: Outage,
+    ) -> None:
+        self.app = app
+        self.config = config
+        self.client = client
+        self.inflight = inflight
+        self.events = inflight.events
+        self._completer = completer
+        self._outage = outage
+        # Handlers' own database work (fenced transactions, effect records) gets a pool of
+        # its own, as large as the slots: it must never queue behind claims and renewals.
+        # Connects on first use only.
+        self._handler_client = AsyncClient(
+            app.dsn,
+            **app.client_options(),
+            pool_size=config.concurrency,
+            application_name="leaseq-handler",
+        )
+        self._services: dict[str, JobServices] = {}  # one per task: they only depend on it
+        self._slots = asyncio.Semaphore(config.concurrency)
+        self._threads = ThreadPoolExecutor(
+            max_workers=config.concurrency, thread_name_prefix="leaseq-job"
+        )
+        self._sync: Client | None = None
+        self._sync_lock = threading.Lock()
+
+    async def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        await self._handler_client.close()
+        if self._sync is not None:
+            await asyncio.to_thread(self._sync.close)
+
+    def start(self, lease: Lease, deadline: float) -> None:
+        task = self.app.tasks.get(lease.task)
+        services = None if task is None else self._services_for(task)
+        ctx = JobContext(lease, self.config.worker_id, services)
+        running = Running(lease, ctx, task, deadline)
+        self.inflight.add(running)
+        # Unnamed: a name costs a formatted string per job (job ids are in the logs).
+        running.task = asyncio.create_task(self._run_job(running))
+
+    def _services_for(self, task: Task) -> JobServices:
+        services = self._services.get(task.name)
+        if services is None:
+            services = self._services[task.name] = JobServices(
+                sync_client=None if task.is_async else self._sync_client,
+                async_client=self._handler_client if task.is_async else None,
+                reconcilers=task.reconcile,
+            )
+        return services
+
+    def _sync_client(self) -> Client:
+        """The sync client sync handlers use for effects and fenced transactions; made on
+        first use (from a handler thread), with a pool as large as the slots."""
+        with self._sync_lock:
+            if self._sync is None:
+                self._sync = Client(
+                    self.app.dsn,
+                    **self.app.client_options(),
+                    pool_size=self.config.concurrency,
+                    application_name="leaseq-handler",
+                )
+            return self._sync
+
+    async def _run_job(self, running: Running) -> None:
+        lease, ctx = running.lease, running.ctx
+        handed_over = False
+        try:
+            try:
+                async with self._slots:
+                    outcome = lease if ctx.aborted else await self._execute(running)
+            except asyncio.CancelledError:
+                if ctx.aborted is None:
+                    raise  # cancelled from outside (shutdown of an unstarted job)
+                outcome = lease  # replaced in _submit by the abort's own outcome
+            if ctx.completion_pending and not ctx.aborted:
+                outcome = await self._check_joined_completion(running, outcome)
+            handed_over = self._submit(running, outcome)
+        finally:
+            if not handed_over:
+                self.inflight.forget(running)
+
+    async def _execute(self, running: Running) -> Lease | Failure:
+        lease, ctx, task = running.lease, running.ctx, running.task_def
+        if _too_late(running):
+            return lease  # dropped: _submit reports nothing under this lease
+        if task is None:
+            return Failure(
+                lease,
+                ErrorCode.UNKNOWN_TASK,
+                error_class=ErrorClass.PERMANENT,
+                detail=f"no handler registered for task {lease.task!r} in this worker's app",
+            )
+        running.payload, refused = prepare_payload(task, lease)
+        if refused is not None:
+            return refused
+        try:
+            if task.is_async:
+                _mark_started(running)  # no await since the deadline check above
+                await task.fn(ctx, running.payload)
+            else:
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._threads, _call_sync, running, task)
+        except JobAborted:
+            return lease  # the abort decides what is reported
+        except Exception as exc:
+            error_class, code = task.classifier.classify(exc)
+            if isinstance(exc, Permanent | Retry):
+                detail = exc.detail
+            else:  # unclassified or rule-matched: keep the whole (bounded) traceback
+                detail = "".join(traceback.format_exception(exc))
+            return Failure(
+                lease,
+                code,
+                error_class=error_class,
+                detail=detail,
+                retry_in=exc.retry_in if isinstance(exc, Retry) else None,
+                policy=task.retry,
+            )
+        return lease
+
+    async def _check_joined_completion(
+        self, running: Running, outcome: Lease | Failure
+    ) -> Lease | Failure:
+        """The handler joined the completion to its own transaction (``ctx.complete_in``):
+        find out whether that transaction committed it."""
+        lease = running.lease
+        for _ in range(3):
+            try:
+                job = await self.client.get_job(lease.job_id)
+                break
+            except TRANSIENT as exc:
+                await self._outage.failed("completion check", exc)
+                await asyncio.sleep(self._outage.backoff())
+        else:
+            return outcome  # cannot tell: a fenced report is still safe either way
+        if job is not None and job.status == "succeeded" and job.lease_token == lease.token:
+            running.ctx.mark_completed()
+            return outcome
+        return Failure(
+            lease,
+            ErrorCode.COMPLETION_NOT_COMMITTED,
+            error_class=ErrorClass.TRANSIENT,
+            detail="ctx.complete_in() was called but its transaction did not commit",
+            policy=running.task_def.retry if running.task_def else None,
+        )
+
+    def _submit(self, running: Running, outcome: Lease | Failure) -> bool:
+        """Hand the outcome to the completer; False when there is nothing to report."""
+        lease, reason = running.lease, running.ctx.aborted
+        if reason is not None and not running.abort_counted:
+            self.inflight.count_abort(running, reason)  # the handler's own ctx found it out
+        if reason == ErrorCode.LEASE_LOST:
+            if running.started_at is None:
+                self.events.late_start()  # the lease ended before its handler could start
+            return False  # someone else may own the job now: report nothing, ever
+        if running.ctx.completed:
+            # A fenced transaction already committed the completion with the handler's
+            # writes; an error raised after that block changes nothing.
+            self.events.committed_in_handler()
+            return False
+        if reason is not None:
+            outcome = Failure(
+                lease,
+                reason,
+                error_class=ErrorClass.TRANSIENT,
+                detail=abort_detail(reason, running),
+                policy=running.task_def.retry if running.task_def else None,
+            )
+        running.reporting = True
+        self._completer.submit(
+            outcome,
+            deadline=running.deadline,
+            on_done=lambda status: self._recorded(running, outcome, status),
+        )
+        return True
+
+    def _recorded(
+        self, running: Running, outcome: Lease | Failure, status: JobStatus | None
+    ) -> None:
+        self.inflight.forget(running)
+        lease = running.lease
+        if status is None:
+            self.events.lost_fence("complete" if isinstance(outcome, Lease) else "fail")
+            log.warning(
+                "job %d: lease (token %d) was lost before its result was recorded; "
+                "result discarded",
+                lease.job_id,
+                lease.token,
+            )
+            return
+        self.events.finished(outcome, status)
+        if isinstance(outcome, Lease):
+            if jobs_log.isEnabledFor(logging.DEBUG):
+                jobs_log.debug("job %d succeeded", lease.job_id, extra=job_fields(lease))
+            return
+        jobs_log.info(
+            "job %d %s after attempt %d: %s",
+            lease.job_id,
+            "will be retried" if status is JobStatus.PENDING else str(status),
+            lease.attempt,
+            outcome.error_code,
+            extra={**job_fields(lease), "status": str(status), "error_code": outcome.error_code},
+        )
+
+
+def _too_late(running: Running) -> bool:
+    """The lease's local deadline passed before its handler could start: drop the attempt
+    (as a lost lease: nothing is reported under it). Called from the loop or a pool thread;
+    ``ctx.abort`` keeps the first reason, so a racing abort from the loop wins or loses
+    cleanly."""
+    if time.monotonic() < running.deadline:
+        return False
+    if running.ctx.abort(ErrorCode.LEASE_LOST):
+        lease = running.lease
+        log.warning(
+            "job %d (token %d, task %s): lease ended before its handler could start; "
+            "not started, nothing reported (a sweep recovers the job)",
+            lease.job_id,
+            lease.token,
+            lease.task,
+        )
+    return True
+
+
+def _call_sync(running: Running, task: Task) -> None:
+    # Runs in a pool thread. A job queued behind busy threads has not started yet: it
+    # counts as started (and so is charged, and waited for at shutdown) from here. Its
+    # lease may have ended while it waited (the loop may not have noticed yet).
+    if running.ctx.aborted is not None or _too_late(running):
+        return
+    _mark_started(running)
+    task.fn(running.ctx, running.payload)
+
+
+def _mark_started(running: Running) -> None:
+    running.started_at = time.monotonic()
+    running.ctx.mark_started()
+
+
+def prepare_payload(task: Task, lease: Lease) -> tuple[Any, Failure | None]:
+    """Check (and convert) the payload before the handler runs. A refusal is permanent —
+    retrying cannot fix a payload — so the job goes dead at once with a clear code."""
+    versions = task.payload_versions
+    if versions is not None and lease.payload_version not in versions:
+        return None, Failure(
+            lease,
+            ErrorCode.UNSUPPORTED_PAYLOAD_VERSION,
+            error_class=ErrorClass.PERMANENT,
+            detail=(
+                f"payload version {lease.payload_version} is not one task {task.name} "
+                f"accepts ({', '.join(map(str, sorted(versions)))})"
+            ),
+        )
+    if task.validate is None:
+        return lease.payload, None
+    try:
+        return task.validate(lease.payload), None
+    except Exception as exc:
+        return None, Failure(
+            lease,
+            ErrorCode.INVALID_PAYLOAD,
+            error_class=ErrorClass.PERMANENT,
+            detail=f"{type(exc).__name__}: {exc}",
+        )

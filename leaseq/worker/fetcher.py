@@ -1,0 +1,272 @@
+"""Claim rounds: how many leases to take, from which queues, and when.
+
+The primary claimer claims whenever slots are free, then sleeps until woken (NOTIFY, a freed
+slot) or the poll interval passes; the poll always runs. While the queues are busy (the last
+claim came back full) up to ``claims_in_flight - 1`` helper claimers run extra claims on
+their own connections: one claim at a time would cap a worker at one batch per round trip.
+Each round splits the free slots between the queues by weight (``WeightedShares``); slots
+promised to a claim in flight are reserved so that claimers do not over-claim.
+
+A claim that fails on bad *data* (a row the statement or its decoding cannot handle) is
+logged, counted, and its queue backed off; the other queues keep being claimed. Outages
+are the primary claimer's to report; any other error stops the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import psycopg
+
+from leaseq.client_async import AsyncClient
+from leaseq.models import Lease
+from leaseq.worker.config import QueueSettings, WorkerConfig
+from leaseq.worker.fairness import WeightedShares
+from leaseq.worker.inflight import InFlight, WorkerEvents
+from leaseq.worker.outage import TRANSIENT, Outage, first_line
+
+log = logging.getLogger("leaseq.worker")
+
+#: Errors of a claim that mean "a row is bad", not "the database is gone" or "leaseq has a
+#: bug": the statement failed on a value (e.g. an int4 overflow), or decoding its rows did.
+CLAIM_DATA_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.DataError,
+    ValueError,
+    RecursionError,
+    OverflowError,
+)
+
+
+class Fetcher:
+    """Runs the claim loops; ``start(lease, deadline)`` hands each claimed lease on."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        client: AsyncClient,
+        inflight: InFlight,
+        events: WorkerEvents,
+        outage: Outage,
+        *,
+        start: Callable[[Lease, float], None],
+        stopping: asyncio.Event,
+        wake: asyncio.Event,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.inflight = inflight
+        self.events = events
+        self.outage = outage
+        self._start = start
+        self._stopping = stopping
+        self._wake = wake
+        # Claims in flight: the slots they may fill, whether the queues look busy (the last
+        # claim came back full), and whether the fetch loop has ended.
+        self._reserved = 0
+        self._busy = asyncio.Event()
+        self._done = False
+        self._round_cap = sum(config.batch_for(q) for q in config.queue_settings)
+        self._shares = WeightedShares([q.weight for q in config.queue_settings])
+        # Queues whose last claim failed on bad data: consecutive failures, and when to try
+        # that queue again.
+        self._bad: dict[str, tuple[int, float]] = {}
+
+    async def run(self) -> None:
+        """Claim until stopped (or, in burst/drain mode, until there is no more work)."""
+        helpers = [
+            asyncio.create_task(self._helper_claims(), name=f"leaseq-claims-{i + 1}")
+            for i in range(self.config.claims_in_flight - 1)
+        ]
+        try:
+            await self._primary_claims()
+        finally:
+            # Helpers never stop mid-claim (its jobs would be stranded until their leases
+            # expire): they see the stop between claims.
+            self._done = True
+            self._busy.set()
+            self.inflight.helper_slot_freed.set()
+            # Not suppressing CancelledError here: a cancelled worker must stay cancelled.
+            outcomes = await asyncio.gather(*helpers, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome  # as the primary's own error would
+
+    async def _primary_claims(self) -> None:
+        cfg = self.config
+        slot_freed = self.inflight.slot_freed
+        while not self._stopping.is_set():
+            free = self._free_slots()
+            if free <= 0:
+                slot_freed.clear()
+                await slot_freed.wait()
+                continue
+            # Both events are re-armed before the claim: a wake-up or a freed slot that
+            # arrives while it runs ends the next sleep at once, and nothing older does (a
+            # stale "slot freed" left set made an idle worker spin on claims).
+            self._wake.clear()
+            slot_freed.clear()
+            # Only a claim that *started* with nothing in flight can prove the queues empty:
+            # a job finishing during the claim may have made more work claimable (a retry,
+            # the next job of its ordering key) after the claim's snapshot was taken, and a
+            # helper's claim may be taking jobs right now.
+            idle = not self.inflight and not self._reserved
+            try:
+                async with asyncio.timeout(cfg.op_timeout):
+                    claimed, exhausted = await self._reserved_round(free)
+                    self.outage.ok()
+                    if claimed and not exhausted:
+                        continue  # more may be waiting: go again at once
+                    if (
+                        not claimed
+                        and idle
+                        and not self.inflight
+                        and not self._reserved
+                        and await self._finished()
+                    ):
+                        return
+            except TRANSIENT as exc:
+                await self.outage.failed("claim", exc)
+                await self._sleep_or_wake(self.outage.backoff())
+                continue
+            await self._sleep_or_wake(self._poll_delay())
+
+    def _poll_delay(self) -> float:
+        """The poll interval, or sooner when a backed-off queue may be tried again."""
+        delay = self.config.poll_interval
+        if self._bad:
+            retry_at = min(at for _, at in self._bad.values())
+            delay = min(delay, max(0.0, retry_at - time.monotonic()))
+        return delay
+
+    async def _helper_claims(self) -> None:
+        """An extra claimer: idle unless the last claim came back full; never polls, and
+        leaves outages to the primary loop (which backs off and reports them)."""
+        try:
+            await self._helper_loop()
+        except Exception:
+            self._stop()  # an error the primary would have died of stops the worker too
+            raise
+
+    def _stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        self.inflight.slot_freed.set()
+
+    async def _helper_loop(self) -> None:
+        # The stop is checked after every wait: a claim that ends after the fetch loop's
+        # final "wake up" may clear _busy again, and waiting for it then would hang the
+        # shutdown (seen once when a busy worker got SIGTERM).
+        freed = self.inflight.helper_slot_freed
+        while not (self._done or self._stopping.is_set()):
+            if not self._busy.is_set():
+                await self._busy.wait()
+                continue
+            free = self._free_slots()
+            if free <= 0:
+                freed.clear()
+                await freed.wait()
+                continue
+            try:
+                async with asyncio.timeout(self.config.op_timeout):
+                    claimed, exhausted = await self._reserved_round(free, helper=True)
+            except TRANSIENT:
+                claimed, exhausted = 0, True
+            if not claimed or exhausted:
+                self._busy.clear()
+
+    def _free_slots(self) -> int:
+        """Slots neither running a job nor promised to a claim in flight; one claim round
+        takes at most one batch per queue, so the other claimers get the rest."""
+        cfg = self.config
+        free = cfg.concurrency + cfg.prefetch - len(self.inflight) - self._reserved
+        return min(free, self._round_cap)
+
+    async def _reserved_round(self, free: int, *, helper: bool = False) -> tuple[int, bool]:
+        self._reserved += free
+        try:
+            claimed, exhausted = await self._claim_round(free)
+        finally:
+            self._reserved -= free
+            if helper:
+                # The primary may have found the queues empty while this claim was in
+                # flight, which kept it from concluding "idle": let it look again.
+                self.inflight.slot_freed.set()
+        if claimed and not exhausted:
+            self._busy.set()
+        return claimed, exhausted
+
+    async def _claim_round(self, free: int) -> tuple[int, bool]:
+        """Split the free slots between the queues by weight and claim; slots a queue
+        leaves unused (it ran dry) go to the others. Returns (claimed, all queues empty)."""
+        queues = self.config.queue_settings
+        claimed = 0
+        # Still returning everything asked of it (a backed-off queue sits this round out).
+        hungry = [not self._backed_off(q.name) for q in queues]
+        while free - claimed > 0 and any(hungry):
+            shares = self._shares.split(free - claimed, hungry)
+            progressed = False
+            for i, queue in enumerate(queues):
+                want = min(shares[i], self.config.batch_for(queue))
+                if want <= 0:
+                    continue
+                leases = await self._claim(queue, want)
+                claimed += len(leases)
+                progressed = progressed or bool(leases)
+                if len(leases) < want:
+                    hungry[i] = False
+            if not progressed:
+                break
+        return claimed, not any(hungry)
+
+    def _backed_off(self, queue: str) -> bool:
+        bad = self._bad.get(queue)
+        return bad is not None and time.monotonic() < bad[1]
+
+    async def _claim(self, queue: QueueSettings, limit: int) -> list[Lease]:
+        lease_seconds = self.config.lease_for(queue)
+        sent = time.monotonic()
+        try:
+            leases = await self.client.claim(
+                queue.name, worker=self.config.worker_id, lease_seconds=lease_seconds, limit=limit
+            )
+        except CLAIM_DATA_ERRORS as exc:
+            self._claim_failed(queue.name, exc)
+            return []
+        self._bad.pop(queue.name, None)
+        self.events.claimed(queue.name, leases, time.monotonic() - sent)
+        for lease in leases:
+            self._start(lease, sent + lease_seconds)
+        return leases
+
+    def _claim_failed(self, queue: str, exc: BaseException) -> None:
+        failures = self._bad.get(queue, (0, 0.0))[0] + 1
+        delay = self.outage.backoff_after(failures)
+        self._bad[queue] = (failures, time.monotonic() + delay)
+        self.events.claim_error(queue)
+        log.error(
+            "claim from queue %s failed on bad data (%s: %s); trying it again in %.1fs",
+            queue,
+            type(exc).__name__,
+            first_line(exc),
+            delay,
+        )
+
+    async def _finished(self) -> bool:
+        """In burst mode: nothing claimable now. In drain mode: nothing left at all."""
+        if self.config.drain:
+            return not await self.client.queues_have_work(self.config.queue_names)
+        return self.config.burst
+
+    async def _sleep_or_wake(self, seconds: float) -> None:
+        waiters = [
+            asyncio.ensure_future(self._wake.wait()),
+            asyncio.ensure_future(self.inflight.slot_freed.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()

@@ -1,0 +1,249 @@
+"""The worker's running-jobs table and its one event hook.
+
+``InFlight`` owns the leases this worker holds, keyed by (job id, token): after a lease loss
+the worker may reclaim the same job while its stale attempt is still winding down, and the
+two must never be confused. It also owns giving up on an attempt (``abort``) and the events
+that tell claimers a slot came free.
+
+``WorkerEvents`` is the single place where what the worker did is counted: each call site
+reports an event once, and the hook updates both ``WorkerStats`` (returned by
+``Worker.run``) and ``WorkerMetrics`` (served on ``/metrics``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from leaseq.app import Task
+from leaseq.codes import ErrorCode
+from leaseq.metrics import WorkerMetrics
+from leaseq.models import Failure, Lease, SweepResult
+from leaseq.states import JobStatus
+from leaseq.worker.context import JobContext
+
+log = logging.getLogger("leaseq.worker")
+#: One record per job transition, with job_id, task, queue, attempt and token as fields
+#: (see ``--log-format json``); successes at DEBUG, everything else at INFO or above.
+jobs_log = logging.getLogger("leaseq.jobs")
+
+_OUTCOME = {
+    JobStatus.SUCCEEDED: "succeeded",
+    JobStatus.PENDING: "retried",
+    JobStatus.DEAD: "dead",
+    JobStatus.CANCELLED: "cancelled",
+}
+
+
+def job_fields(lease: Lease) -> dict[str, Any]:
+    return {
+        "job_id": lease.job_id,
+        "task": lease.task,
+        "queue": lease.queue,
+        "attempt": lease.attempt,
+        "token": lease.token,
+    }
+
+
+@dataclass
+class WorkerStats:
+    """Counters of what this worker did (``Worker.run`` returns them)."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    lost_leases: int = 0
+    lost_fence_writes: int = 0
+    heartbeat_failures: int = 0
+    swept_requeued: int = 0
+    swept_dead: int = 0
+    released: int = 0
+    #: Claimed leases dropped unstarted because they ended first (a slow claim round trip,
+    #: a paused process, a wait for a thread): nothing was run or reported under them.
+    late_starts: int = 0
+    #: Claim statements (or the decoding of their rows) that failed on bad data.
+    claim_errors: int = 0
+    aborted: dict[str, int] = field(default_factory=dict)
+    abandoned_at_shutdown: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class Running:
+    lease: Lease
+    ctx: JobContext
+    task_def: Task | None
+    #: Monotonic time by which the lease surely ended unless a renewal was confirmed:
+    #: measured from when the claim/renewal was *sent*, so it errs early.
+    deadline: float
+    started_at: float | None = None
+    #: What the handler receives: the stored payload, or what the task's validate made of it.
+    payload: Any = None
+    #: The handler is done and its outcome is on its way to the database; the completer
+    #: now owns the deadline (it gives up once the lease surely ended).
+    reporting: bool = False
+    abort_counted: bool = False
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.lease.job_id, self.lease.token)
+
+    @property
+    def watched(self) -> bool:
+        """Still the lease keeper's to police: neither given up on nor already reporting."""
+        return self.ctx.aborted is None and not self.reporting
+
+
+class WorkerEvents:
+    """The one event hook: every event is reported once and feeds stats and metrics."""
+
+    def __init__(self, stats: WorkerStats, metrics: WorkerMetrics) -> None:
+        self.stats = stats
+        self.metrics = metrics
+
+    def claimed(self, queue: str, leases: list[Lease], seconds: float) -> None:
+        metrics = self.metrics
+        metrics.claim_statement.observe(seconds)
+        self.stats.claimed += len(leases)
+        if not leases:
+            return
+        metrics.claimed.labels(queue).inc(len(leases))
+        waited = metrics.claim_latency.labels(queue)
+        for lease in leases:
+            if lease.claimed_at is not None and lease.available_at is not None:
+                waited.observe(max(0.0, (lease.claimed_at - lease.available_at).total_seconds()))
+
+    def claim_error(self, queue: str) -> None:
+        self.stats.claim_errors += 1
+        self.metrics.claim_errors.labels(queue).inc()
+
+    def late_start(self) -> None:
+        self.stats.late_starts += 1
+        self.metrics.late_starts.inc()
+
+    def aborted(self, reason: str) -> None:
+        self.metrics.leases_lost.labels(reason).inc()
+        self.stats.aborted[reason] = self.stats.aborted.get(reason, 0) + 1
+        if reason == ErrorCode.LEASE_LOST:
+            self.stats.lost_leases += 1
+
+    def committed_in_handler(self) -> None:
+        """A fenced transaction committed the completion along with the handler's writes."""
+        self.stats.succeeded += 1
+
+    def finished(self, outcome: Lease | Failure, status: JobStatus) -> None:
+        lease = outcome if isinstance(outcome, Lease) else outcome.lease
+        metrics = self.metrics
+        metrics.completion_latency.labels(lease.queue).observe(
+            time.monotonic() - lease.claimed_monotonic
+        )
+        metrics.finished.inc(lease.queue, _OUTCOME[status])
+        if isinstance(outcome, Lease):
+            self.stats.succeeded += 1
+            return
+        self.stats.failed += 1
+        if status is JobStatus.PENDING:
+            metrics.retry(lease.queue, outcome.error_code, lease.attempt)
+
+    def lost_fence(self, operation: str, count: int = 1) -> None:
+        """Fenced writes the database refused: the lease was gone."""
+        if operation != "heartbeat":
+            self.stats.lost_fence_writes += count
+        self.metrics.lost_fence.labels(operation).inc(count)
+
+    def heartbeat_failed(self) -> None:
+        self.stats.heartbeat_failures += 1
+        self.metrics.heartbeat_failures.inc()
+
+    def swept(self, result: SweepResult) -> None:
+        self.stats.swept_requeued += result.requeued
+        self.stats.swept_dead += result.dead
+        expirations = self.metrics.lease_expirations
+        expirations.labels("requeued").inc(result.requeued)
+        expirations.labels("dead").inc(result.dead)
+        expirations.labels("cancelled").inc(result.cancelled)
+
+    def released(self, count: int) -> None:
+        self.stats.released += count
+
+
+class InFlight:
+    """The (job id, token) -> Running table, and giving up on an attempt."""
+
+    def __init__(self, events: WorkerEvents) -> None:
+        self.events = events
+        self._running: dict[tuple[int, int], Running] = {}
+        #: Set whenever a lease leaves the table (the primary claimer's and shutdown's
+        #: wake-up), and its twin for the extra claimers: clearing one must not hide a
+        #: freed slot from the other.
+        self.slot_freed = asyncio.Event()
+        self.helper_slot_freed = asyncio.Event()
+        #: Set when a lease joins with a deadline before the keeper's planned wake-up.
+        self.sooner = asyncio.Event()
+        self.keeper_wakes_at = 0.0
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    def __contains__(self, running: Running) -> bool:
+        return running.key in self._running
+
+    def all(self) -> list[Running]:
+        return list(self._running.values())
+
+    def busy(self) -> int:
+        """Slots running a handler now (read by the metrics thread: a copy, no lock)."""
+        return sum(1 for r in list(self._running.values()) if r.started_at and not r.reporting)
+
+    def add(self, running: Running) -> None:
+        self._running[running.key] = running
+        if running.deadline < self.keeper_wakes_at:
+            self.sooner.set()  # the keeper must police this deadline, not sleep past it
+
+    def forget(self, running: Running) -> None:
+        self._running.pop(running.key, None)
+        self.slot_freed.set()
+        self.helper_slot_freed.set()
+
+    def abort(self, running: Running, reason: str) -> None:
+        """Give up on an attempt: stop an async handler, tell a sync one through ctx; the
+        job runner then reports the failure (or, for a lost lease, nothing)."""
+        if not running.ctx.abort(reason):
+            return
+        self.count_abort(running, reason)
+        log.warning(
+            "job %d (token %d, task %s): %s; stopping its handler",
+            running.lease.job_id,
+            running.lease.token,
+            running.lease.task,
+            abort_detail(reason, running),
+        )
+        if running.task is not None:
+            # For a sync handler this only stops waiting for its thread; the thread sees
+            # ctx.aborted / gets JobAborted from ctx.progress(), and its result is ignored.
+            running.task.cancel()
+
+    def count_abort(self, running: Running, reason: str) -> None:
+        running.abort_counted = True
+        self.events.aborted(reason)
+
+
+def abort_detail(reason: str, running: Running) -> str:
+    task = running.task_def
+    if reason == ErrorCode.NO_PROGRESS:
+        return (
+            f"no progress reported for {running.lease.lease_seconds:g}s (the lease length); "
+            "call ctx.progress() or register the task with renew='alive'"
+        )
+    if reason == ErrorCode.MAX_RUNTIME_EXCEEDED and task is not None:
+        return f"ran longer than max_runtime={task.max_runtime:g}s"
+    if reason == ErrorCode.CANCELLED:
+        return "cancel requested by an operator"
+    if reason == ErrorCode.WORKER_SHUTDOWN:
+        return "worker shut down before the job finished"
+    if reason == ErrorCode.LEASE_LOST:
+        return "lease lost (expired or taken over); result will not be reported"
+    return reason
