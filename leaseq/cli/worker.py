@@ -23,7 +23,6 @@ from prometheus_client import disable_created_metrics
 from leaseq import validate
 from leaseq.app import App
 from leaseq.cli.settings import DURATION, DURATION_OR_NEVER, Settings, pass_settings
-from leaseq.dsn import describe_dsn
 from leaseq.errors import ConfigError
 from leaseq.worker import QueueSettings, WorkerConfig, run_worker
 from leaseq.worker.runner import exit_code
@@ -205,9 +204,9 @@ def worker(
         raise ConfigError("--worker-id names one process; it cannot be used with --processes")
     # The process is leaseq's own: the *_created series would only double the scrape.
     disable_created_metrics()  # type: ignore[no-untyped-call]
-    # Always shown, in the chosen log format: which database this worker serves.
+    # Always shown, in the chosen log format: which database this worker serves (the worker
+    # says it once its database answered and the schema fits, so a failed start stays one line).
     start_log.setLevel(logging.INFO)
-    start_log.info("worker serving %s (schema %s)", describe_dsn(app.client.dsn()), app.schema)
     if processes > 1:
         command = [sys.executable, "-m", "leaseq", *child_argv(sys.argv[1:])]
         sys.exit(Supervisor(command, processes, restart=not (config.burst or config.drain)).run())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -25,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from leaseq.app import App
 from leaseq.client_async import AsyncClient
 from leaseq.codes import ErrorCode
+from leaseq.dsn import describe_dsn
 from leaseq.metrics import WorkerMetrics
 from leaseq.observe import ObservabilityServer
 from leaseq.worker.completer import Completer
@@ -36,6 +38,9 @@ from leaseq.worker.leases import LeaseKeeper
 from leaseq.worker.listener import Listener
 from leaseq.worker.maintenance import services as maintenance_services
 from leaseq.worker.outage import TRANSIENT, Outage
+
+#: One line when a worker starts serving (the CLI shows it at any verbosity).
+start_log = logging.getLogger("leaseq.start")
 
 __all__ = ["EXIT_ABANDONED", "EXIT_OK", "Worker", "WorkerStats", "exit_code", "run_worker"]
 
@@ -143,6 +148,10 @@ class Worker:
     async def run(self, *, install_signal_handlers: bool = False) -> WorkerStats:
         """Run until stopped (or, in burst/drain mode, until there is no more work)."""
         await self.client.check_schema()
+        # Said once the database answered and its schema fits: which database this serves.
+        start_log.info(
+            "worker serving %s (schema %s)", describe_dsn(await self.client.dsn()), self.app.schema
+        )
         loop = asyncio.get_running_loop()
         observer = None
         if self.config.metrics_port is not None:

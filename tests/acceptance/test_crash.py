@@ -78,7 +78,7 @@ def _claim_waits_on_a_lock(dsn: str, schema: str) -> bool:
     ((n,),) = rows(
         dsn,
         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND query LIKE %s AND query LIKE '%%lease_token = j.lease_token + 1%%'",
+        "AND query LIKE %s AND query LIKE '%%lease_token = least(j.lease_token%%'",
         schema,
         f"%{schema}%",
     )
