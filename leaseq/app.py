@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 
 from leaseq import validate as checks
 from leaseq.client import Client
@@ -25,6 +25,22 @@ Handler = Callable[["JobContext", Any], Any]
 RENEW_POLICIES = ("progress", "alive")
 
 
+class TaskOptions(TypedDict, total=False):
+    """The options ``@app.task(...)`` accepts besides ``name``: declared once here, with their
+    defaults and checks in ``Task.__init__`` (see ``App.task`` for what each means)."""
+
+    queue: str
+    max_attempts: int
+    priority: int
+    max_runtime: float | None
+    renew: str
+    retry: RetryPolicy | None
+    errors: ErrorRules | None
+    payload_versions: Iterable[int] | None
+    validate: Callable[[Any], Any] | None
+    reconcile: Mapping[str, Reconciler] | None
+
+
 class Task:
     """A registered handler. Call ``enqueue`` to schedule it; the worker calls the handler
     as ``fn(ctx, payload)`` (sync handlers in a thread, async ones on the event loop)."""
@@ -35,9 +51,9 @@ class Task:
         fn: Handler,
         *,
         name: str,
-        queue: str,
-        max_attempts: int,
-        priority: int,
+        queue: str = "default",
+        max_attempts: int = 8,
+        priority: int = 0,
         max_runtime: float | None = None,
         renew: str = "progress",
         retry: RetryPolicy | None = None,
@@ -155,21 +171,7 @@ class App:
 
     @overload
     def task(
-        self,
-        fn: None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str = "default",
-        max_attempts: int = 8,
-        priority: int = 0,
-        max_runtime: float | None = None,
-        renew: str = "progress",
-        retry: RetryPolicy | None = None,
-        errors: ErrorRules | None = None,
-        payload_versions: Iterable[int] | None = None,
-        validate: Callable[[Any], Any] | None = None,
-        reconcile: Mapping[str, Reconciler] | None = None,
+        self, fn: None = None, /, *, name: str | None = None, **options: Unpack[TaskOptions]
     ) -> Callable[[Handler], Task]: ...
 
     def task(
@@ -178,16 +180,7 @@ class App:
         /,
         *,
         name: str | None = None,
-        queue: str = "default",
-        max_attempts: int = 8,
-        priority: int = 0,
-        max_runtime: float | None = None,
-        renew: str = "progress",
-        retry: RetryPolicy | None = None,
-        errors: ErrorRules | None = None,
-        payload_versions: Iterable[int] | None = None,
-        validate: Callable[[Any], Any] | None = None,
-        reconcile: Mapping[str, Reconciler] | None = None,
+        **options: Unpack[TaskOptions],
     ) -> Task | Callable[[Handler], Task]:
         """Register a handler, as ``@app.task`` or ``@app.task(name=..., queue=...)``.
 
@@ -210,21 +203,7 @@ class App:
             task_name = name or f"{func.__module__}.{func.__qualname__}"
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
-            task = Task(
-                self,
-                func,
-                name=task_name,
-                queue=queue,
-                max_attempts=max_attempts,
-                priority=priority,
-                max_runtime=max_runtime,
-                renew=renew,
-                retry=retry,
-                errors=errors,
-                payload_versions=payload_versions,
-                validate=validate,
-                reconcile=reconcile,
-            )
+            task = Task(self, func, name=task_name, **options)
             self.tasks[task_name] = task
             return task
 
