@@ -20,7 +20,7 @@ import leaseq
 from leaseq import JobStatus
 from leaseq.dev.embedded import EmbeddedServer
 from leaseq.worker.listener import LISTENER_APPLICATION_NAME
-from tests.support.helpers import rows
+from tests.support.helpers import claim_waits_on_a_lock, rows
 from tests.support.ports import free_port
 from tests.support.procs import WorkerProcess, alive, children, wait_for
 from tests.support.requires import require
@@ -74,17 +74,6 @@ def test_seed_3_paused_worker_resumes_and_reports_nothing(
     assert [e.event for e in client.job_events(job_id)] == ["lease_expired"]
 
 
-def _claim_waits_on_a_lock(dsn: str, schema: str) -> bool:
-    ((n,),) = rows(
-        dsn,
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND query LIKE %s AND query LIKE '%%lease_token = least(j.lease_token%%'",
-        schema,
-        f"%{schema}%",
-    )
-    return int(n) > 0
-
-
 def test_worker_paused_between_claim_and_start_never_starts_under_the_ended_lease(
     dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
 ) -> None:
@@ -103,7 +92,7 @@ def test_worker_paused_between_claim_and_start_never_starts_under_the_ended_leas
                 )
             )
             job_id = client.enqueue("touch_then_sleep", {"marker": str(marker)}, connection=conn)
-            wait_for(lambda: _claim_waits_on_a_lock(dsn, schema), 30, "the claim to block")
+            wait_for(lambda: claim_waits_on_a_lock(dsn, schema), 30, "the claim to block")
             time.sleep(1.8)  # most of the lease passes while the claim waits
             worker.signal(signal.SIGSTOP)
             conn.commit()

@@ -13,23 +13,12 @@ from psycopg import sql
 
 import leaseq
 from leaseq import JobStatus
-from tests.support.helpers import rows, run_sql
+from tests.support.helpers import claim_waits_on_a_lock, run_sql
 from tests.support.procs import wait_for
 
 
 def _app(dsn: str, schema: str) -> leaseq.App:
     return leaseq.App(dsn, schema=schema, retry_policy=leaseq.RetryPolicy(base=0.01, cap=0.05))
-
-
-def _claim_waits_on_a_lock(dsn: str, schema: str) -> bool:
-    ((n,),) = rows(
-        dsn,
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND query LIKE %s AND query LIKE '%%lease_token = least(j.lease_token%%'",
-        schema,
-        f"%{schema}%",
-    )
-    return int(n) > 0
 
 
 def _enqueue_behind_a_lock(
@@ -42,7 +31,7 @@ def _enqueue_behind_a_lock(
             sql.SQL("LOCK TABLE {}.jobs IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(schema))
         )
         job_id = client.enqueue(task, connection=conn)
-        wait_for(lambda: _claim_waits_on_a_lock(dsn, schema), 10, "the claim to wait on the lock")
+        wait_for(lambda: claim_waits_on_a_lock(dsn, schema), 10, "the claim to wait on the lock")
         time.sleep(hold)
         conn.commit()
     return job_id

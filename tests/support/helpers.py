@@ -41,3 +41,15 @@ def run_sql(dsn: str, query: str, schema: str, *params: Any) -> None:
     """Execute a statement (no result expected) where ``{s}`` stands for the quoted schema."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL(query).format(s=sql.Identifier(schema)), params or None)
+
+
+def claim_waits_on_a_lock(dsn: str, schema: str) -> bool:
+    """A claim statement on this schema is waiting for a lock (tests hold one on purpose)."""
+    ((n,),) = rows(
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND query LIKE %s AND query LIKE '%%lease_token = least(j.lease_token%%'",
+        schema,
+        f"%{schema}%",
+    )
+    return int(n) > 0
