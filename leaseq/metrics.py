@@ -205,6 +205,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "Age of the oldest unresolved dead job (0 when none).",
     ),
     MetricSpec(
+        "leaseq_pauses",
+        "gauge",
+        ("scope",),
+        "database",
+        "Pauses in force by scope (queue, task, ordering_key); their claims are not made.",
+    ),
+    MetricSpec(
         "leaseq_lock_waits",
         "gauge",
         (),
@@ -380,7 +387,8 @@ class WorkerMetrics:
 
 class DatabaseCollector(Collector):
     """Computes the database metrics on each scrape through ``fetch`` (a callable that runs
-    the ``queue_stats`` and ``database_health`` statements)."""
+    the ``queue_stats`` and ``database_health`` statements; the pause counts by scope, when
+    given, as ``extra["pauses"]``)."""
 
     def __init__(self, fetch: Callable[[], tuple[list[QueueStats], dict[str, Any]]]) -> None:
         self._fetch = fetch
@@ -420,9 +428,12 @@ class DatabaseCollector(Collector):
         conns = family("leaseq_db_connections")
         for app, count in sorted(extra["connections"].items()):
             conns.add_metric([app], count)
+        paused = family("leaseq_pauses")
+        for scope, count in sorted(extra.get("pauses", {}).items()):
+            paused.add_metric([scope], count)
         took = family("leaseq_metrics_query_seconds")
         took.add_metric([], elapsed)
-        yield from (expired, locks, conns, took)
+        yield from (expired, locks, conns, paused, took)
 
 
 def database_registry(

@@ -474,7 +474,12 @@ def metrics_serve(settings: Settings, port: int, host: str) -> None:
             return False
         return True
 
-    registry = database_registry(lambda: (client.queue_stats(), client.database_health()))
+    registry = database_registry(
+        lambda: (
+            client.queue_stats(),
+            {**client.database_health(), "pauses": client.pause_counts()},
+        )
+    )
     server = ObservabilityServer(registry, port=port, host=host, ready=ready).start()
     click.echo(f"serving database metrics on http://{host}:{server.port}/metrics", err=True)
     try:

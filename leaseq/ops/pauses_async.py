@@ -18,6 +18,7 @@ from psycopg import AsyncConnection
 from leaseq import validate
 from leaseq.ops.base_async import AsyncClientBase
 from leaseq.pauses import (
+    SCOPES,
     AdminEvent,
     Pause,
     admin_events_from_rows,
@@ -92,6 +93,13 @@ class AsyncPauseOps(AsyncClientBase):
     async def pauses(self) -> list[Pause]:
         """The pauses in force (who paused what, when and why), by scope and value."""
         return pauses_from_rows(await self._rows("list_pauses"))
+
+    async def pause_counts(self) -> dict[str, int]:
+        """Pauses in force by scope (queue, task, ordering_key; 0 when none): the gauge
+        ``leaseq_pauses``."""
+        counts = dict.fromkeys(SCOPES, 0)
+        counts.update({scope: int(n) for scope, n in await self._rows("pause_counts")})
+        return counts
 
     async def admin_events(self, *, limit: int = 100) -> list[AdminEvent]:
         """Operator actions that are not about one job (pause, resume), newest first."""

@@ -16,6 +16,8 @@ from psycopg import sql
 
 import leaseq
 from leaseq import ConfigError, JobStatus
+from leaseq.metrics import database_registry
+from leaseq.pauses import SCOPES
 from tests.support.helpers import rows
 
 
@@ -215,3 +217,16 @@ def test_resume_notifies_the_queue_or_everyone(client: leaseq.Client, dsn: str) 
         client.resume(task="t")
         payloads = [n.payload for n in conn.notifies(timeout=5, stop_after=2)]
     assert payloads == ["q", "*"]
+
+
+def test_pause_gauge_counts_pauses_by_scope(client: leaseq.Client) -> None:
+    def fetch() -> tuple[list[leaseq.QueueStats], dict[str, Any]]:
+        return client.queue_stats(), {**client.database_health(), "pauses": client.pause_counts()}
+
+    registry = database_registry(fetch)
+    assert registry.get_sample_value("leaseq_pauses", {"scope": "queue"}) == 0
+    client.pause("q", reason="r")
+    client.pause(task="t", reason="r")
+    client.pause(task="u", reason="r")
+    got = {s: registry.get_sample_value("leaseq_pauses", {"scope": s}) for s in SCOPES}
+    assert got == {"queue": 1, "task": 2, "ordering_key": 0}
