@@ -5,6 +5,7 @@ wakes listeners; every pause and resume is audited; bad input stores nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ import leaseq
 from leaseq import ConfigError, JobStatus
 from leaseq.metrics import database_registry
 from leaseq.pauses import SCOPES
+from leaseq.worker.listener import LISTENER_APPLICATION_NAME
 from tests.support.helpers import rows
 
 
@@ -230,3 +232,46 @@ def test_pause_gauge_counts_pauses_by_scope(client: leaseq.Client) -> None:
     client.pause(task="u", reason="r")
     got = {s: registry.get_sample_value("leaseq_pauses", {"scope": s}) for s in SCOPES}
     assert got == {"queue": 1, "task": 2, "ordering_key": 0}
+
+
+async def test_resuming_a_task_wakes_an_idle_worker_at_once(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """A task's resume is a wake-up for every listener ("*"): a worker that polls only once
+    an hour runs the released job at once."""
+    app = leaseq.App(dsn, schema=schema)
+    ran = asyncio.Event()
+
+    @app.task(name="held")
+    async def held(ctx: leaseq.JobContext, payload: Any) -> None:
+        ran.set()
+
+    client.pause(task="held", reason="r")
+    client.enqueue("held")
+    worker = leaseq.Worker(app, leaseq.WorkerConfig(poll_interval=3600, lease_seconds=30))
+    run = asyncio.create_task(worker.run())
+    try:
+
+        def listening() -> bool:
+            found = rows(
+                dsn,
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                "AND query LIKE %s AND state = 'idle'",
+                schema,
+                LISTENER_APPLICATION_NAME,
+                f"LISTEN %{client.channel}%",
+            )
+            return bool(found[0][0])
+
+        for _ in range(500):
+            if listening():
+                break
+            await asyncio.sleep(0.02)
+        assert listening()
+        await asyncio.sleep(0.2)  # the wake-up of the listener's connect claims nothing
+        assert not ran.is_set()
+        await asyncio.to_thread(client.resume, task="held")
+        await asyncio.wait_for(ran.wait(), 10)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, 10)
