@@ -147,16 +147,23 @@ def test_cancel_running_asks_running_jobs_in_scope_to_stop(client: leaseq.Client
     assert job is not None and job.status is JobStatus.CANCELLED
 
 
+@pytest.mark.parametrize("prepared", [False, True])
 def test_pause_waits_for_a_claim_in_flight_and_is_stamped_after_it(
-    client: leaseq.Client, dsn: str, schema: str
+    client: leaseq.Client, dsn: str, schema: str, prepared: bool
 ) -> None:
     """The barrier: a claim statement that began before the pause commits first, and the
-    pause's paused_at is later than that claim's start; none can commit after it."""
+    pause's paused_at is later than that claim's start; none can commit after it. Also with
+    a cached plan (prepared statement), which takes the plan's locks again at each run."""
     job_id = client.enqueue("t", queue="q")
     later = client.enqueue("t", queue="q")
     params = {"queue": "q", "owner": "w", "lease_seconds": 60.0, "limit": 1}
+    claim = client.queries["claim_jobs"]
     with psycopg.connect(dsn) as claimer:  # a claim transaction still open
-        got = claimer.execute(client.queries["claim_jobs"], params).fetchall()
+        if prepared:
+            for _ in range(3):
+                claimer.execute(claim, {**params, "queue": "empty"}, prepare=True)
+            claimer.commit()
+        got = claimer.execute(claim, params, prepare=prepared).fetchall()
         assert [r[0] for r in got] == [job_id]
         pauser = leaseq.Client(dsn, schema=schema, application_name="pauser")
         try:
@@ -180,12 +187,18 @@ def test_pause_waits_for_a_claim_in_flight_and_is_stamped_after_it(
     assert [x.job_id for x in client.claim("q", worker="w")] == [later]
 
 
+@pytest.mark.parametrize("prepared", [False, True])
 def test_pause_in_callers_transaction_holds_only_from_its_commit(
-    client: leaseq.Client, dsn: str, schema: str
+    client: leaseq.Client, dsn: str, schema: str, prepared: bool
 ) -> None:
+    """Also the barrier's other side: a claim arriving while the pause is uncommitted waits
+    for it, then sees the outcome (with a cached plan too)."""
     first = client.enqueue("t", queue="q")
-    claimer = leaseq.Client(dsn, schema=schema, application_name="claimer")
+    claimer = leaseq.Client(dsn, schema=schema, application_name="claimer", pool_size=1)
     try:
+        if prepared:  # psycopg prepares a statement on its sixth run
+            for _ in range(6):
+                assert claimer.claim("empty", worker="w") == []
         # Rolled back: never in force. The claim waits for the transaction, then claims.
         with client.connection() as conn:
             with conn.transaction(force_rollback=True):
