@@ -27,6 +27,8 @@ class Pause(Printable):
     paused_at: dt.datetime
     paused_by: str | None
     reason: str
+    #: Seconds since paused_at, by the database clock.
+    paused_for: float
 
 
 @dataclass(frozen=True)

@@ -477,7 +477,7 @@ def metrics_serve(settings: Settings, port: int, host: str) -> None:
     registry = database_registry(
         lambda: (
             client.queue_stats(),
-            {**client.database_health(), "pauses": client.pause_counts()},
+            {**client.database_health(), "pauses": client.pauses()},
         )
     )
     server = ObservabilityServer(registry, port=port, host=host, ready=ready).start()

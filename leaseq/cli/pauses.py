@@ -4,8 +4,6 @@ or ``--task`` / ``--ordering-key``, exactly one of them."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import click
 
 from leaseq.cli.render import age, emit_json, table
@@ -113,11 +111,7 @@ def pauses_list(settings: Settings, as_json: bool) -> None:
     if not found:
         click.echo("nothing is paused")
         return
-    now = dt.datetime.now(dt.UTC)
-    rows = [
-        [p.scope, p.value, age((now - p.paused_at).total_seconds()), p.paused_by or "-", p.reason]
-        for p in found
-    ]
+    rows = [[p.scope, p.value, age(p.paused_for), p.paused_by or "-", p.reason] for p in found]
     click.echo(table(["scope", "value", "paused for", "by", "reason"], rows))
 
 

@@ -17,7 +17,6 @@ from psycopg import Connection
 from leaseq import validate
 from leaseq.ops.base import ClientBase
 from leaseq.pauses import (
-    SCOPES,
     AdminEvent,
     Pause,
     admin_events_from_rows,
@@ -90,15 +89,9 @@ class PauseOps(ClientBase):
             return bool(self._rows("resume_scope", params, conn))
 
     def pauses(self) -> list[Pause]:
-        """The pauses in force (who paused what, when and why), by scope and value."""
+        """The pauses in force (who paused what, when, why, and for how long), by scope
+        and value. Also what the database metrics report about pauses."""
         return pauses_from_rows(self._rows("list_pauses"))
-
-    def pause_counts(self) -> dict[str, int]:
-        """Pauses in force by scope (queue, task, ordering_key; 0 when none): the gauge
-        ``leaseq_pauses``."""
-        counts = dict.fromkeys(SCOPES, 0)
-        counts.update({scope: int(n) for scope, n in self._rows("pause_counts")})
-        return counts
 
     def admin_events(self, *, limit: int = 100) -> list[AdminEvent]:
         """Operator actions that are not about one job (pause, resume), newest first."""

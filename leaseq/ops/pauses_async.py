@@ -18,7 +18,6 @@ from psycopg import AsyncConnection
 from leaseq import validate
 from leaseq.ops.base_async import AsyncClientBase
 from leaseq.pauses import (
-    SCOPES,
     AdminEvent,
     Pause,
     admin_events_from_rows,
@@ -91,15 +90,9 @@ class AsyncPauseOps(AsyncClientBase):
             return bool(await self._rows("resume_scope", params, conn))
 
     async def pauses(self) -> list[Pause]:
-        """The pauses in force (who paused what, when and why), by scope and value."""
+        """The pauses in force (who paused what, when, why, and for how long), by scope
+        and value. Also what the database metrics report about pauses."""
         return pauses_from_rows(await self._rows("list_pauses"))
-
-    async def pause_counts(self) -> dict[str, int]:
-        """Pauses in force by scope (queue, task, ordering_key; 0 when none): the gauge
-        ``leaseq_pauses``."""
-        counts = dict.fromkeys(SCOPES, 0)
-        counts.update({scope: int(n) for scope, n in await self._rows("pause_counts")})
-        return counts
 
     async def admin_events(self, *, limit: int = 100) -> list[AdminEvent]:
         """Operator actions that are not about one job (pause, resume), newest first."""

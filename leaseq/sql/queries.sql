@@ -792,8 +792,9 @@ SELECT pg_notify(%(channel)s, CASE WHEN scope = 'queue' THEN value ELSE '*' END)
 FROM del;
 
 -- name: list_pauses
-SELECT scope, value, paused_at, paused_by, reason
-FROM {schema}.pauses
+-- paused_for comes from the database clock, like every age leaseq shows.
+SELECT scope, value, paused_at, paused_by, reason, paused_for
+FROM {schema}.paused_scopes
 ORDER BY scope, value;
 
 -- name: admin_events
@@ -802,7 +803,3 @@ SELECT id, at, actor, action, scope, value, reason, detail
 FROM {schema}.admin_events
 ORDER BY id DESC
 LIMIT %(limit)s;
-
--- name: pause_counts
--- The gauge leaseq_pauses{scope}: pauses in force by scope.
-SELECT scope, count(*) FROM {schema}.pauses GROUP BY scope;

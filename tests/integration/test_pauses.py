@@ -234,9 +234,11 @@ def test_resume_notifies_the_queue_or_everyone(client: leaseq.Client, dsn: str) 
     assert payloads == ["q", "*"]
 
 
-def test_pause_gauge_counts_pauses_by_scope(client: leaseq.Client) -> None:
+def test_pause_gauges_count_pauses_by_scope_and_mark_paused_queues(
+    client: leaseq.Client,
+) -> None:
     def fetch() -> tuple[list[leaseq.QueueStats], dict[str, Any]]:
-        return client.queue_stats(), {**client.database_health(), "pauses": client.pause_counts()}
+        return client.queue_stats(), {**client.database_health(), "pauses": client.pauses()}
 
     registry = database_registry(fetch)
     assert registry.get_sample_value("leaseq_pauses", {"scope": "queue"}) == 0
@@ -245,6 +247,12 @@ def test_pause_gauge_counts_pauses_by_scope(client: leaseq.Client) -> None:
     client.pause(task="u", reason="r")
     got = {s: registry.get_sample_value("leaseq_pauses", {"scope": s}) for s in SCOPES}
     assert got == {"queue": 1, "task": 2, "ordering_key": 0}
+    assert registry.get_sample_value("leaseq_queue_paused", {"queue": "q"}) == 1
+    assert registry.get_sample_value("leaseq_queue_paused", {"queue": "other"}) is None
+    age = registry.get_sample_value("leaseq_oldest_pause_age_seconds", {"scope": "task"})
+    assert age is not None and age >= 0
+    none = {"scope": "ordering_key"}
+    assert registry.get_sample_value("leaseq_oldest_pause_age_seconds", none) == 0
 
 
 async def test_resuming_a_task_wakes_an_idle_worker_at_once(
