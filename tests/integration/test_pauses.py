@@ -296,3 +296,25 @@ async def test_resuming_a_task_wakes_an_idle_worker_at_once(
     finally:
         worker.stop()
         await asyncio.wait_for(run, 10)
+
+
+def test_pause_on_a_connection_outside_a_transaction_commits_itself(
+    client: leaseq.Client, dsn: str
+) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert client.pause("q", reason="r", connection=conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert [p.value for p in client.pauses()] == ["q"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert client.resume("q", connection=conn)
+    assert client.pauses() == []
+
+
+async def test_async_client_pauses_and_resumes(aclient: leaseq.AsyncClient) -> None:
+    assert await aclient.pause(task="t", reason="r", actor="a")
+    await aclient.enqueue("t")
+    assert await aclient.claim(worker="w") == []
+    assert [(p.scope, p.value) for p in await aclient.pauses()] == [("task", "t")]
+    assert await aclient.resume(task="t", actor="a")
+    assert len(await aclient.claim(worker="w")) == 1
+    assert [e.action for e in await aclient.admin_events()] == ["resume", "pause"]
