@@ -32,6 +32,7 @@ from leaseq.models import (
     QueueStats,
     SweepResult,
 )
+from leaseq.pauses import AdminEvent, Pause
 from leaseq.retry import RetryPolicy
 from leaseq.states import JobStatus
 from leaseq.worker import (
@@ -52,6 +53,7 @@ from leaseq.worker import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdminEvent",
     "App",
     "AsyncClient",
     "Client",
@@ -75,6 +77,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LeaseqError",
+    "Pause",
     "PayloadError",
     "Permanent",
     "QueueSettings",

@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from leaseq.models import QueueStats
+from leaseq.pauses import SCOPES, Pause
 
 MAX_ERROR_CODES = 50
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -203,6 +204,27 @@ METRICS: tuple[MetricSpec, ...] = (
         ("queue",),
         "database",
         "Age of the oldest unresolved dead job (0 when none).",
+    ),
+    MetricSpec(
+        "leaseq_pauses",
+        "gauge",
+        ("scope",),
+        "database",
+        "Pauses in force by scope (queue, task, ordering_key); their claims are not made.",
+    ),
+    MetricSpec(
+        "leaseq_oldest_pause_age_seconds",
+        "gauge",
+        ("scope",),
+        "database",
+        "How long the oldest pause of each scope has stood (0 when none).",
+    ),
+    MetricSpec(
+        "leaseq_queue_paused",
+        "gauge",
+        ("queue",),
+        "database",
+        "1 for each paused queue (absent otherwise): its jobs wait on purpose.",
     ),
     MetricSpec(
         "leaseq_lock_waits",
@@ -380,7 +402,8 @@ class WorkerMetrics:
 
 class DatabaseCollector(Collector):
     """Computes the database metrics on each scrape through ``fetch`` (a callable that runs
-    the ``queue_stats`` and ``database_health`` statements)."""
+    the ``queue_stats`` and ``database_health`` statements; the pauses in force, when given,
+    as ``extra["pauses"]``)."""
 
     def __init__(self, fetch: Callable[[], tuple[list[QueueStats], dict[str, Any]]]) -> None:
         self._fetch = fetch
@@ -420,9 +443,28 @@ class DatabaseCollector(Collector):
         conns = family("leaseq_db_connections")
         for app, count in sorted(extra["connections"].items()):
             conns.add_metric([app], count)
+        yield from _pause_families(extra.get("pauses", []), family)
         took = family("leaseq_metrics_query_seconds")
         took.add_metric([], elapsed)
         yield from (expired, locks, conns, took)
+
+
+def _pause_families(
+    pauses: list[Pause], family: Callable[[str], GaugeMetricFamily]
+) -> Iterator[Metric]:
+    count, oldest, queues = (
+        family("leaseq_pauses"),
+        family("leaseq_oldest_pause_age_seconds"),
+        family("leaseq_queue_paused"),
+    )
+    for scope in SCOPES:
+        of_scope = [p for p in pauses if p.scope == scope]
+        count.add_metric([scope], len(of_scope))
+        oldest.add_metric([scope], max((p.paused_for for p in of_scope), default=0.0))
+    for p in pauses:
+        if p.scope == "queue":
+            queues.add_metric([p.value], 1)
+    yield from (count, oldest, queues)
 
 
 def database_registry(

@@ -118,15 +118,17 @@ def enqueue(
 @click.option("--interval", type=float, default=2.0, show_default=True)
 @pass_settings
 def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> None:
-    """Per-queue counts and the age of the oldest claimable job."""
+    """Per-queue counts and the age of the oldest claimable job; paused queues marked."""
     while True:
         stats = settings.client.queue_stats(throughput=True)
+        pauses = settings.client.pauses()
         if as_json:
-            emit_json([s.as_dict() for s in stats])
+            paused = {p.value for p in pauses if p.scope == "queue"}
+            emit_json([{**s.as_dict(), "paused": s.queue in paused} for s in stats])
         else:
             if watch:
                 click.clear()
-            click.echo(render_status(stats))
+            click.echo(render_status(stats, pauses))
         if not watch:
             return
         time.sleep(interval)
@@ -472,7 +474,12 @@ def metrics_serve(settings: Settings, port: int, host: str) -> None:
             return False
         return True
 
-    registry = database_registry(lambda: (client.queue_stats(), client.database_health()))
+    registry = database_registry(
+        lambda: (
+            client.queue_stats(),
+            {**client.database_health(), "pauses": client.pauses()},
+        )
+    )
     server = ObservabilityServer(registry, port=port, host=host, ready=ready).start()
     click.echo(f"serving database metrics on http://{host}:{server.port}/metrics", err=True)
     try:

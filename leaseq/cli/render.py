@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from leaseq.models import QueueStats
+from leaseq.pauses import Pause
 
 
 def emit_json(value: Any) -> None:
@@ -35,9 +36,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def render_status(stats: Sequence[QueueStats]) -> str:
+def render_status(stats: Sequence[QueueStats], pauses: Sequence[Pause] = ()) -> str:
+    """The per-queue table; paused queues are marked, and paused tasks and keys counted."""
+    paused = {p.value for p in pauses if p.scope == "queue"}
+    footer = _pause_footer(pauses, {s.queue for s in stats})
     if not stats:
-        return "no pending, running or dead jobs"
+        return "\n".join(["no pending, running or dead jobs", *footer])
     headers = [
         "queue",
         "ready",
@@ -50,7 +54,7 @@ def render_status(stats: Sequence[QueueStats]) -> str:
     ]
     rows = [
         [
-            s.queue,
+            f"{s.queue} (paused)" if s.queue in paused else s.queue,
             s.ready,
             s.scheduled,
             s.running,
@@ -61,4 +65,16 @@ def render_status(stats: Sequence[QueueStats]) -> str:
         ]
         for s in stats
     ]
-    return table(headers, rows)
+    return "\n".join([table(headers, rows), *footer])
+
+
+def _pause_footer(pauses: Sequence[Pause], shown: set[str]) -> list[str]:
+    lines = []
+    idle = sorted(p.value for p in pauses if p.scope == "queue" and p.value not in shown)
+    if idle:
+        lines.append("paused queues without jobs: " + ", ".join(idle))
+    tasks = sum(p.scope == "task" for p in pauses)
+    keys = sum(p.scope == "ordering_key" for p in pauses)
+    if tasks or keys:
+        lines.append(f"paused: {tasks} task(s), {keys} ordering key(s) (see `leaseq pauses`)")
+    return lines

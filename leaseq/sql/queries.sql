@@ -151,6 +151,29 @@ COPY {schema}.jobs
 FROM STDIN;
 
 
+-- name: _not_paused
+-- The claim's pause check (candidate alias c; parameter %(queue)s).
+-- Nearly free when nothing is paused: the queue check and the two "any task / key pause at
+-- all?" guards are uncorrelated (InitPlans, run once per statement); only with such a pause
+-- present is each candidate probed by the primary key.
+--
+-- Why the "WHERE false FOR SHARE" subquery: it locks no row, but naming pauses with a row
+-- lock clause makes the statement take ROW SHARE on the table when it is planned, before
+-- its snapshot is taken. pause_scope first takes EXCLUSIVE (which conflicts with ROW
+-- SHARE), so a pause waits for the claims in flight to commit, and a claim arriving
+-- meanwhile waits for the pause to commit and then (READ COMMITTED: the snapshot comes
+-- after the plan's locks) sees it. Hence: no claim of a paused scope commits after the
+-- pause did. Enqueues and completions never touch pauses and are not slowed.
+NOT EXISTS (SELECT 1 FROM {schema}.pauses WHERE false FOR SHARE)
+    AND NOT EXISTS (SELECT 1 FROM {schema}.pauses WHERE scope = 'queue' AND value = %(queue)s)
+    AND (NOT EXISTS (SELECT 1 FROM {schema}.pauses WHERE scope = 'task')
+         OR NOT EXISTS (SELECT 1 FROM {schema}.pauses AS pt
+                        WHERE pt.scope = 'task' AND pt.value = c.task))
+    AND (c.ordering_key IS NULL
+         OR NOT EXISTS (SELECT 1 FROM {schema}.pauses WHERE scope = 'ordering_key')
+         OR NOT EXISTS (SELECT 1 FROM {schema}.pauses AS pk
+                        WHERE pk.scope = 'ordering_key' AND pk.value = c.ordering_key))
+
 -- name: claim_jobs
 -- The seed's claim: lock candidates with SKIP LOCKED and flip them to running in the same
 -- statement, so no other worker can take a row between the choice and the update. The
@@ -167,6 +190,9 @@ FROM STDIN;
 -- a payload Python cannot decode). Ending it here instead would need an event row from
 -- this statement, i.e. a CTE around the hot UPDATE, for rows that practically never occur.
 -- The payload comes as text and is decoded by the client row by row, for the same reason.
+--
+-- Pauses ({_not_paused}) are checked here, in the claim itself, so a pause needs no worker
+-- memory and holds through restarts and deploys.
 UPDATE {schema}.jobs AS j
 SET status = 'running',
     attempt_count = least(j.attempt_count, 2147483646) + 1,
@@ -177,11 +203,12 @@ SET status = 'running',
     heartbeat_at = now()
 WHERE j.id = ANY(ARRAY(
   SELECT id
-  FROM {schema}.jobs
+  FROM {schema}.jobs AS c
   WHERE queue_name = %(queue)s
     AND status = 'pending'
     AND NOT blocked
     AND available_at <= now()
+    AND {_not_paused}
   ORDER BY priority DESC, available_at, id
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
@@ -699,3 +726,80 @@ SELECT
   (SELECT coalesce(json_object_agg(application_name, n), '{}'::json)
      FROM (SELECT application_name, count(*) AS n FROM pg_stat_activity
            WHERE left(application_name, 6) = 'leaseq' GROUP BY application_name) AS c);
+
+
+-- ---------------------------------------------------------------------------------------
+-- Pauses (leaseq.ops.pauses_async). The claim's side is the _not_paused fragment above.
+
+-- name: pause_barrier
+-- EXCLUSIVE conflicts with the ROW SHARE every claim statement takes on pauses (see
+-- _not_paused): this waits until the claims in flight have committed, and claims that
+-- arrive meanwhile wait for this transaction, then see its pause. Held until commit.
+LOCK TABLE {schema}.pauses IN EXCLUSIVE MODE;
+
+-- name: pause_scope
+-- paused_at is clock_timestamp(), read after the barrier, so it is later than the start of
+-- every claim that may still commit. An existing pause is kept as it was (its first time,
+-- actor and reason); the audit row is written only for a new one.
+WITH ins AS (
+  INSERT INTO {schema}.pauses (scope, value, paused_at, paused_by, reason)
+  VALUES (%(scope)s, %(value)s, clock_timestamp(), %(actor)s, %(reason)s)
+  ON CONFLICT (scope, value) DO NOTHING
+  RETURNING scope, value, paused_at
+), audit AS (
+  INSERT INTO {schema}.admin_events (at, actor, action, scope, value, reason)
+  SELECT paused_at, %(actor)s, 'pause', scope, value, %(reason)s FROM ins
+)
+SELECT paused_at FROM ins;
+
+-- name: cancel_running_in_scope
+-- pause(cancel_running=True): running jobs of the scope get a cancel request, which their
+-- worker sees at the next heartbeat, as with cancel_job; their leases stay valid.
+WITH upd AS (
+  UPDATE {schema}.jobs
+  SET cancel_requested_at = now()
+  WHERE status = 'running'
+    AND cancel_requested_at IS NULL
+    AND CASE %(scope)s
+          WHEN 'queue' THEN queue_name = %(value)s
+          WHEN 'task' THEN task = %(value)s
+          ELSE ordering_key = %(value)s
+        END
+  RETURNING id, lease_token, attempt_count
+)
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
+SELECT id, 'cancel_requested', 'running', 'running', %(actor)s, lease_token, attempt_count,
+       %(reason)s
+FROM upd
+RETURNING job_id;
+
+-- name: resume_scope
+-- No barrier: a claim that misses a resume by a moment only runs a little later. The
+-- NOTIFY wakes workers at once: a queue's own channel payload, or "*" (never a queue
+-- name) for a task or key, which every listener takes as a wake-up.
+WITH del AS (
+  DELETE FROM {schema}.pauses
+  WHERE scope = %(scope)s AND value = %(value)s
+  RETURNING scope, value, paused_at
+), audit AS (
+  INSERT INTO {schema}.admin_events (actor, action, scope, value, reason, detail)
+  SELECT %(actor)s, 'resume', scope, value, %(reason)s,
+         'paused for ' || date_trunc('second', now() - paused_at)::text
+  FROM del
+)
+SELECT pg_notify(%(channel)s, CASE WHEN scope = 'queue' THEN value ELSE '*' END)::text
+FROM del;
+
+-- name: list_pauses
+-- paused_for comes from the database clock, like every age leaseq shows.
+SELECT scope, value, paused_at, paused_by, reason, paused_for
+FROM {schema}.paused_scopes
+ORDER BY scope, value;
+
+-- name: admin_events
+-- The newest operator actions first (pause, resume, ...).
+SELECT id, at, actor, action, scope, value, reason, detail
+FROM {schema}.admin_events
+ORDER BY id DESC
+LIMIT %(limit)s;

@@ -1,5 +1,8 @@
 """LISTEN for enqueue notifications. Only a wake-up: the table stays the truth, and the
-worker polls on its own schedule whether or not this connection is alive."""
+worker polls on its own schedule whether or not this connection is alive.
+
+A payload is a queue name, or ``WAKE_ALL`` ("*", never a valid queue name), sent when a task
+or ordering-key pause is resumed: that may free work in any queue."""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ log = logging.getLogger("leaseq.worker")
 
 #: application_name of listener connections, so operators (and tests) can find them.
 LISTENER_APPLICATION_NAME = "leaseq-listener"
+#: The payload that wakes every listener (queries.sql: resume_scope).
+WAKE_ALL = "*"
 
 
 class Listener:
@@ -65,7 +70,7 @@ class Listener:
                     self._wake.set()
                     async for note in conn.notifies():
                         self.notifications += 1
-                        if note.payload in self._queues:
+                        if note.payload in self._queues or note.payload == WAKE_ALL:
                             self._wake.set()
                 finally:
                     self.connected = False

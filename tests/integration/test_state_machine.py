@@ -1,7 +1,8 @@
 """A hypothesis state machine against a real schema: random interleavings of enqueue, claim,
-complete, fail, heartbeat, release, lease expiry, sweep, cancel, replay, skip, purge and prune
-by several virtual workers, with the invariants of DESIGN.md section 3 (and the per-key order
-of README "Ordering and fairness") checked after every step.
+complete, fail, heartbeat, release, lease expiry, sweep, cancel, replay, skip, purge, prune,
+pause and resume by several virtual workers, with the invariants of DESIGN.md section 3 (the
+per-key order of README "Ordering and fairness", and no claim of a paused scope) checked
+after every step.
 
 Every stored event of every job is also checked against ``leaseq.states.TRANSITIONS``: each
 (event, from, to) must be in the table, and consecutive events must connect through the
@@ -59,6 +60,8 @@ Event = tuple[str, str | None, str | None, int | None, int | None]
 
 # Keyed jobs get their own task name, so a purge can be limited to jobs without a key.
 UNKEYED_TASK, KEYED_TASK = "sm.task", "sm.keyed"
+# What pause/resume may name: the one queue every job is in, or one of the two tasks.
+PAUSE_SCOPES = (("queue", "default"), ("task", UNKEYED_TASK), ("task", KEYED_TASK))
 
 
 def _unrecorded_reach(status: str | None) -> set[str | None]:
@@ -152,6 +155,7 @@ class LeaseqMachine(RuleBasedStateMachine):
         self.issued: dict[tuple[int, int], leaseq.Lease] = {}
         self.seen_tokens: dict[int, int] = {}
         self.clock = 0  # logical time: one tick per claim or replay
+        self.paused: set[tuple[str, str]] = set()
 
     def teardown(self) -> None:
         self.client.close()
@@ -230,9 +234,9 @@ class LeaseqMachine(RuleBasedStateMachine):
     @rule(target=leases, worker=st.sampled_from(WORKERS), limit=st.integers(1, 3))
     def claim(self, worker: str, limit: int) -> Any:
         claimable = {
-            job_id: due
-            for job_id, due in self._query(
-                "SELECT id, available_at <= now() FROM {s}.jobs "
+            job_id: due and not self._paused(task)
+            for job_id, due, task in self._query(
+                "SELECT id, available_at <= now(), task FROM {s}.jobs "
                 "WHERE status = 'pending' AND NOT blocked"
             )
         }
@@ -244,6 +248,7 @@ class LeaseqMachine(RuleBasedStateMachine):
         self.clock += 1
         for lease in got:
             assert lease.job_id in claimable, f"claimed job {lease.job_id}, blocked or not pending"
+            assert not self._paused(lease.task), f"claimed job {lease.job_id} of a paused scope"
             job = self.model[lease.job_id]
             where = f"claim of job {lease.job_id}"
             assert job.status == "pending", f"{where}, which was {job.status}"
@@ -483,6 +488,42 @@ class LeaseqMachine(RuleBasedStateMachine):
             assert status in ("succeeded", "cancelled"), f"prune deleted {status} job {job_id}"
         if older_than > 3600:
             assert deleted == 0 and self._snapshot() == before
+
+    # -- pauses ------------------------------------------------------------------------------
+
+    def _paused(self, task: str) -> bool:
+        return bool({("queue", "default"), ("task", task)} & self.paused)
+
+    @rule(scope=st.sampled_from(PAUSE_SCOPES), cancel_running=st.booleans())
+    def pause(self, scope: tuple[str, str], cancel_running: bool) -> None:
+        """Claims of the scope stop; with cancel_running its running jobs are asked to stop."""
+        kind, value = scope
+        created = self.client.pause(
+            **{kind: value}, reason="sm", actor="op", cancel_running=cancel_running
+        )
+        assert created == (scope not in self.paused)
+        self.paused.add(scope)
+        if not cancel_running:
+            return
+        for job_id in self._ids(lambda j: j.status == "running" and not j.cancel_requested):
+            task = KEYED_TASK if self.model[job_id].key else UNKEYED_TASK
+            if kind == "queue" or task == value:
+                job = self.model[job_id]
+                job.events.append(
+                    ("cancel_requested", "running", "running", job.token, job.attempts)
+                )
+                job.cancel_requested = True
+
+    @rule(scope=st.sampled_from(PAUSE_SCOPES))
+    def resume(self, scope: tuple[str, str]) -> None:
+        kind, value = scope
+        assert self.client.resume(**{kind: value}, actor="op") == (scope in self.paused)
+        self.paused.discard(scope)
+
+    @invariant()
+    def pauses_match_model(self) -> None:
+        stored = {(p.scope, p.value) for p in self.client.pauses()}
+        assert stored == self.paused, f"pauses {stored}, expected {self.paused}"
 
     # -- invariants, checked against the database after every step ------------------------------
 
