@@ -18,8 +18,10 @@ from leaseq.errors import (
     LeaseqError,
     PayloadError,
     Permanent,
+    ReplayRefused,
     Retry,
     SchemaError,
+    UniqueConflict,
 )
 from leaseq.models import (
     EffectRecord,
@@ -34,6 +36,7 @@ from leaseq.models import (
 )
 from leaseq.retry import RetryPolicy
 from leaseq.states import JobStatus
+from leaseq.unique import EnqueueResult, ReplayResult
 from leaseq.worker import (
     EffectDecision,
     EffectNotPerformed,
@@ -61,6 +64,7 @@ __all__ = [
     "EffectNotPerformed",
     "EffectRecord",
     "EmbeddedError",
+    "EnqueueResult",
     "Failure",
     "FencedTransaction",
     "Heartbeat",
@@ -79,12 +83,15 @@ __all__ = [
     "Permanent",
     "QueueSettings",
     "QueueStats",
+    "ReplayRefused",
+    "ReplayResult",
     "Retry",
     "RetryPolicy",
     "SchemaError",
     "SweepResult",
     "Task",
     "UncertainEffect",
+    "UniqueConflict",
     "Worker",
     "WorkerConfig",
     "WorkerStats",
