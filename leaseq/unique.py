@@ -159,7 +159,7 @@ class EnqueueResult(int):
     holder). ``existing``: the id is an existing job that held the key. ``replaced``: that
     pending job's payload/schedule/priority were replaced. ``conflict_state``: the holder's
     state when the key was held (``None`` without a conflict). ``outcome``: skip, replace,
-    follow_up, or None without a conflict.
+    follow_up, or None without a conflict. It prints as the plain id.
     """
 
     inserted: bool
@@ -184,11 +184,6 @@ class EnqueueResult(int):
         result.conflict_state = conflict_state
         result.outcome = outcome
         return result
-
-    def __repr__(self) -> str:
-        if self.outcome is None:
-            return f"EnqueueResult({int(self)})"
-        return f"EnqueueResult({int(self)}, outcome={self.outcome}, state={self.conflict_state})"
 
     def __reduce__(self) -> Any:
         return (int, (int(self),))
