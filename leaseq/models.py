@@ -222,6 +222,16 @@ class JobSpec:
 
 
 @dataclass(frozen=True)
+class UniqueKeyHolder(Printable):
+    """Who holds a unique key: ``job_id`` (None: nobody), live (``held_until`` None) or
+    only for the window after that job finished, until ``held_until``."""
+
+    key: str
+    job_id: int | None
+    held_until: dt.datetime | None
+
+
+@dataclass(frozen=True)
 class BlockedKey(Printable):
     """An ordering key held up by its dead head (policy ``block``)."""
 

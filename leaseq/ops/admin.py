@@ -89,7 +89,7 @@ class AdminOps(ClientBase):
         batch_size: int = 500,
         on_progress: Callable[[int], None] | None = None,
         **filters: Unpack[JobFilter],
-    ) -> int:
+    ) -> ReplayResult:
         """Replay every dead job matching the filter (queue, task, error_code, older_than,
         newer_than), in batches, each its own short transaction; ``on_progress(n)`` after
         each batch. Returns how many were replayed (a :class:`ReplayResult`, an ``int``);

@@ -4,6 +4,9 @@ Each test names the boundary it breaks and the invariant that must survive it.""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -13,6 +16,7 @@ import pytest
 import leaseq
 from leaseq import ConfigError, JobStatus, ReplayRefused, UniqueConflict
 from tests.support.helpers import expire_lease, rows, run_sql
+from tests.support.procs import ROOT
 
 FAST = leaseq.RetryPolicy(base=0.001, cap=0.01)
 
@@ -400,3 +404,34 @@ def test_bad_unique_options_store_nothing(
         client.enqueue("t", **options)
     assert rows(dsn, "SELECT count(*) FROM {s}.jobs", schema) == [(0,)]
     assert rows(dsn, "SELECT count(*) FROM {s}.unique_keys", schema) == [(0,)]
+
+
+def _cli(dsn: str, schema: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, LEASEQ_DSN=dsn, LEASEQ_SCHEMA=schema)
+    return subprocess.run(
+        [sys.executable, "-m", "leaseq", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def test_cli_enqueue_with_a_unique_key_and_jobs_show(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    first = _cli(dsn, schema, "enqueue", "t", "{}", "--unique-key", "k", "--unique-for", "1h")
+    assert first.returncode == 0, first.stderr
+    job_id = int(first.stdout)
+    again = _cli(dsn, schema, "enqueue", "t", "--unique-key", "k")
+    assert again.returncode == 0 and int(again.stdout) == job_id
+    assert f"held by job {job_id} (pending)" in again.stderr
+    refused = _cli(dsn, schema, "enqueue", "t", "--unique-key", "k", "--on-conflict", "raise")
+    assert refused.returncode != 0 and refused.stderr.count("\n") == 1
+    assert f"held by job {job_id}" in refused.stderr
+    bad = _cli(dsn, schema, "enqueue", "t", "--unique-key", "k", "--unique-state", "dead")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    shown = _cli(dsn, schema, "jobs", "show", str(job_id))
+    assert "unique key: k — held by this job" in shown.stdout, shown.stderr
+    assert rows(dsn, "SELECT count(*) FROM {s}.jobs", schema) == [(1,)]
