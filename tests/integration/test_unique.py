@@ -4,6 +4,7 @@ Each test names the boundary it breaks and the invariant that must survive it.""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -435,3 +436,35 @@ def test_cli_enqueue_with_a_unique_key_and_jobs_show(
     shown = _cli(dsn, schema, "jobs", "show", str(job_id))
     assert "unique key: k — held by this job" in shown.stdout, shown.stderr
     assert rows(dsn, "SELECT count(*) FROM {s}.jobs", schema) == [(1,)]
+
+
+def test_a_debounced_burst_runs_once_after_the_quiet_period_within_its_cap(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    app = leaseq.App(dsn, schema=schema, retry_policy=FAST)
+    runs: list[Any] = []
+
+    @app.task(name="rebuild")
+    def rebuild(ctx: leaseq.JobContext, payload: Any) -> None:
+        runs.append(payload)
+
+    for i in range(100):
+        app.client.enqueue("rebuild", {"n": i}, unique_key="index", debounce=0.3, debounce_max=5)
+    config = leaseq.WorkerConfig(poll_interval=0.02, drain=True, concurrency=4)
+    asyncio.run(leaseq.Worker(app, config).run())
+    assert runs == [{"n": 99}]  # once, with the last payload
+    # Database times only: it started after the quiet period that followed the last
+    # enqueue, and its start was never pushed past first enqueue + debounce_max.
+    ((quiet, capped),) = rows(
+        dsn,
+        "SELECT started_at >= available_at AND available_at >= (SELECT max(at) FROM "
+        "{s}.job_events WHERE event = 'unique_replaced') + interval '0.3 s', "
+        "available_at <= debounce_until AND debounce_until <= created_at + interval '5 s' "
+        "FROM {s}.jobs",
+        schema,
+    )
+    assert quiet and capped
+    assert rows(
+        dsn, "SELECT count(*) FROM {s}.job_events WHERE event = 'unique_replaced'", schema
+    ) == [(99,)]
+    app.client.close()
