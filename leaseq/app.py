@@ -130,6 +130,14 @@ class App:
         self._client: Client | None = None
         self._async_client: AsyncClient | None = None
 
+    def unique_conflicts(self) -> dict[str, int]:
+        """Unique-key conflicts resolved by this app's clients so far, by outcome."""
+        total: dict[str, int] = {}
+        for client in (self._client, self._async_client):
+            for outcome, n in (client.unique_conflicts if client else {}).items():
+                total[outcome] = total.get(outcome, 0) + n
+        return total
+
     def client_options(self) -> dict[str, Any]:
         """What every client of this app shares: schema, retry policy, redaction, prepare."""
         return {
