@@ -97,9 +97,11 @@ class EnqueueOps(ClientBase):
         )
         params["channel"] = self.channel
         if params["unique"] is not None:
+            if params["ordering_key"] is None:
+                # Each statement is atomic and fenced on its own: no transaction needed.
+                return self._enqueue_unique(connection, params)
             with self._transaction(connection) as conn:
-                if params["ordering_key"] is not None:
-                    self._lock_keys(conn, [params["ordering_key"]])
+                self._lock_keys(conn, [params["ordering_key"]])
                 return self._enqueue_unique(conn, params)
         if params["ordering_key"] is None:
             del params["ordering_key"]
@@ -110,9 +112,10 @@ class EnqueueOps(ClientBase):
                 rows = self._rows("insert_keyed_job", params, conn)
         return EnqueueResult(rows[0][0])
 
-    def _enqueue_unique(self, conn: Connection[Any], job: dict[str, Any]) -> EnqueueResult:
+    def _enqueue_unique(self, conn: Connection[Any] | None, job: dict[str, Any]) -> EnqueueResult:
         """Take the job's unique key and insert it, or resolve the conflict. Each statement
-        is fenced on the holder it read: if the holder changed in between, try again."""
+        is fenced on the holder it read: if the holder changed in between, try again.
+        ``conn`` None: each statement in its own transaction (a pooled connection)."""
         params = unique_params(job)
         unique = job["unique"]
         for _ in range(UNIQUE_ATTEMPTS):

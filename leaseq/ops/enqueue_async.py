@@ -93,9 +93,11 @@ class AsyncEnqueueOps(AsyncClientBase):
         )
         params["channel"] = self.channel
         if params["unique"] is not None:
+            if params["ordering_key"] is None:
+                # Each statement is atomic and fenced on its own: no transaction needed.
+                return await self._enqueue_unique(connection, params)
             async with self._transaction(connection) as conn:
-                if params["ordering_key"] is not None:
-                    await self._lock_keys(conn, [params["ordering_key"]])
+                await self._lock_keys(conn, [params["ordering_key"]])
                 return await self._enqueue_unique(conn, params)
         if params["ordering_key"] is None:
             del params["ordering_key"]
@@ -107,10 +109,11 @@ class AsyncEnqueueOps(AsyncClientBase):
         return EnqueueResult(rows[0][0])
 
     async def _enqueue_unique(
-        self, conn: AsyncConnection[Any], job: dict[str, Any]
+        self, conn: AsyncConnection[Any] | None, job: dict[str, Any]
     ) -> EnqueueResult:
         """Take the job's unique key and insert it, or resolve the conflict. Each statement
-        is fenced on the holder it read: if the holder changed in between, try again."""
+        is fenced on the holder it read: if the holder changed in between, try again.
+        ``conn`` None: each statement in its own transaction (a pooled connection)."""
         params = unique_params(job)
         unique = job["unique"]
         for _ in range(UNIQUE_ATTEMPTS):

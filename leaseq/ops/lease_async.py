@@ -101,18 +101,16 @@ class AsyncLeaseOps(AsyncClientBase):
         if not leases:
             return set()
         unique = [lease for lease in leases if lease.unique_key is not None]
-        if unique:
-            plain = [lease for lease in leases if lease.unique_key is None]
-            async with self._transaction(connection) as conn:
-                done = await self.complete_many(plain, connection=conn) if plain else set()
-                keys = [lease.ordering_key for lease in unique]
-                rows = await self._change_jobs(
-                    "complete_keyed_jobs", fence_groups(unique), keys, conn
-                )
-            return done | {int(row[0]) for row in rows}
-        keys = [lease.ordering_key for lease in leases]
-        rows = await self._change_jobs("complete_jobs", fence_groups(leases), keys, connection)
-        return {int(row[0]) for row in rows}
+        if not unique or len(unique) == len(leases):
+            name = "complete_keyed_jobs" if unique else "complete_jobs"
+            keys = [lease.ordering_key for lease in leases]
+            rows = await self._change_jobs(name, fence_groups(leases), keys, connection)
+            return {int(row[0]) for row in rows}
+        # A mixed batch: both statements, in one transaction.
+        plain = [lease for lease in leases if lease.unique_key is None]
+        async with self._transaction(connection) as conn:
+            done = await self.complete_many(plain, connection=conn)
+            return done | await self.complete_many(unique, connection=conn)
 
     async def complete(
         self, lease: Lease, *, connection: AsyncConnection[Any] | None = None
