@@ -167,17 +167,18 @@ def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
         raise Failed(f"no job with id {job_id}")
     events = settings.client.job_events(job_id)
     effects = settings.client.job_effects(job_id)
+    holder = settings.client.unique_key_holder(job_id)
     if as_json:
         emit_json(
             {
                 "job": job.as_dict(),
+                "unique_key_holder": holder.as_dict() if holder else None,
                 "events": [e.as_dict() for e in events],
                 "effects": [f.as_dict() for f in effects],
             }
         )
         return
     click.echo("\n".join(_job_lines(job)))
-    holder = settings.client.unique_key_holder(job_id)
     if holder is not None:
         click.echo(holder_line(job_id, holder))
     click.echo("\nhistory:")

@@ -123,8 +123,12 @@ class AsyncEnqueueOps(AsyncClientBase):
             # A new statement, a new snapshot: the holder may have committed after the
             # insert's snapshot was taken.
             found = await self._rows("unique_holder", params, conn)
-            if not found or found[0][3]:
-                continue  # let go (or its window ended) meanwhile: take it now
+            if not found:
+                continue  # let go meanwhile: take it now
+            if found[0][3]:  # only a window that has ended
+                if rows := await self._rows("take_unique_window", params, conn):
+                    return EnqueueResult(rows[0][0])
+                continue
             holder, held_until, status, _ = found[0]
             state = holder_state(status, held_until)
             outcome = resolve_conflict(unique.on_conflict, state, held_until is not None)

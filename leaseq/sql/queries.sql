@@ -166,15 +166,30 @@ FROM ins;
 -- A job with a unique key takes the key FIRST, in the same statement as its insert: the
 -- primary key of unique_keys decides, in the caller's transaction. A concurrent enqueue of
 -- the key waits for this one to commit (then finds it held) or roll back (then inserts).
--- A window that has expired is taken over. Nothing returned = the key is held: the client
--- reads the holder with unique_holder (a new snapshot) and acts on on_conflict.
+-- Nothing returned = the key is held: the client reads the holder with unique_holder (a
+-- new snapshot) and acts on on_conflict. DO NOTHING, not DO UPDATE ... WHERE: a conflict
+-- must not lock the holder's row (that would make its completion wait for the caller's
+-- transaction); an ended window is taken over by take_unique_window instead.
 WITH lock AS (
   INSERT INTO {schema}.unique_keys AS k (unique_key, job_id, held_until)
   VALUES (%(unique_key)s,
           nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass), NULL)
-  ON CONFLICT (unique_key) DO UPDATE
-  SET job_id = excluded.job_id, held_until = NULL
-  WHERE k.held_until IS NOT NULL AND k.held_until <= now()
+  ON CONFLICT (unique_key) DO NOTHING
+  RETURNING k.job_id
+), {_unique_insert}
+SELECT id,
+       CASE WHEN available_at <= now() AND NOT blocked
+         THEN pg_notify(%(channel)s, queue_name)::text END
+FROM ins;
+
+-- name: take_unique_window
+-- insert_unique_job when the key's row is only a window that has ended: take it over,
+-- fenced by "still ended" (a concurrent enqueue taking it first leaves nothing here).
+WITH lock AS (
+  UPDATE {schema}.unique_keys AS k
+  SET job_id = nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass),
+      held_until = NULL
+  WHERE k.unique_key = %(unique_key)s AND k.held_until <= now()
   RETURNING k.job_id
 ), {_unique_insert}
 SELECT id,

@@ -436,6 +436,15 @@ def test_cli_enqueue_with_a_unique_key_and_jobs_show(
     shown = _cli(dsn, schema, "jobs", "show", str(job_id))
     assert "unique key: k — held by this job" in shown.stdout, shown.stderr
     assert rows(dsn, "SELECT count(*) FROM {s}.jobs", schema) == [(1,)]
+    # A replay refused because a live duplicate holds the key: one line, non-zero, audited.
+    (lease,) = client.claim("default", worker="w")
+    assert client.fail(lease, "BOOM", retryable=False)
+    live = client.enqueue("t", unique_key="k")
+    assert live.inserted  # dead is not in the default states: the key was let go
+    replay = _cli(dsn, schema, "replay", str(job_id), "--reason", "fixed")
+    assert replay.returncode != 0 and replay.stderr.count("\n") == 1, replay.stderr
+    assert f"refused: unique key 'k' is held by job {int(live)}" in replay.stderr
+    assert client.job_events(job_id)[-1].event == "replay_refused"
 
 
 def test_a_debounced_burst_runs_once_after_the_quiet_period_within_its_cap(
@@ -468,3 +477,23 @@ def test_a_debounced_burst_runs_once_after_the_quiet_period_within_its_cap(
         dsn, "SELECT count(*) FROM {s}.job_events WHERE event = 'unique_replaced'", schema
     ) == [(99,)]
     app.client.close()
+
+
+def test_a_conflict_in_an_open_transaction_does_not_hold_up_the_holders_completion(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """Boundary: a caller's transaction that met a held key and stays open. Invariant: it
+    locks nothing of the key, so the holder's completion (a worker's batch) goes through."""
+    client.enqueue("t", unique_key="k")
+    (lease,) = client.claim("default", worker="w")
+    with psycopg.connect(dsn) as caller:
+        assert client.enqueue("t", unique_key="k", connection=caller).existing
+        done: list[bool] = []
+        thread = threading.Thread(target=lambda: done.append(client.complete(lease)))
+        thread.start()
+        thread.join(5)
+        completed_while_open = list(done)
+        caller.rollback()  # lets a blocked completion go, so a failure cannot hang
+        thread.join(10)
+    assert completed_while_open == [True]
+    assert _holder(dsn, schema, "k") is None
