@@ -497,3 +497,20 @@ def test_a_conflict_in_an_open_transaction_does_not_hold_up_the_holders_completi
         thread.join(10)
     assert completed_while_open == [True]
     assert _holder(dsn, schema, "k") is None
+
+
+def test_task_enqueue_takes_the_unique_options(dsn: str, schema: str) -> None:
+    app = leaseq.App(dsn, schema=schema)
+    app.client.migrate()
+
+    @app.task(name="sync_account", queue="sync", priority=3)
+    def sync_account(ctx: leaseq.JobContext, payload: Any) -> None:
+        pass
+
+    first = sync_account.enqueue({"id": 1}, unique_key="acct:1", unique_for=60)
+    again = sync_account.enqueue({"id": 1}, unique_key="acct:1")
+    assert first.inserted and again.existing and int(again) == int(first)
+    job = app.client.get_job(first)
+    assert job is not None and (job.queue, job.priority, job.unique_key) == ("sync", 3, "acct:1")
+    assert app.unique_conflicts() == {"skip": 1}
+    app.client.close()
