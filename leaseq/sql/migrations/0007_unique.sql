@@ -21,3 +21,11 @@ CREATE TABLE {schema}.unique_keys (
 CREATE INDEX unique_keys_held_until_idx
   ON {schema}.unique_keys (held_until)
   WHERE held_until IS NOT NULL;
+
+-- Who holds each unique key, with the holder's state (NULL once the job was pruned): for
+-- psql users. live = a pending or running job holds it; otherwise a window until held_until.
+CREATE VIEW {schema}.unique_key_holders AS
+SELECT k.unique_key, k.job_id, k.held_until IS NULL AS live, k.held_until,
+       j.status AS job_status, j.queue_name, j.task
+FROM {schema}.unique_keys AS k
+LEFT JOIN {schema}.jobs AS j ON j.id = k.job_id;
