@@ -514,3 +514,42 @@ def test_task_enqueue_takes_the_unique_options(dsn: str, schema: str) -> None:
     assert job is not None and (job.queue, job.priority, job.unique_key) == ("sync", 3, "acct:1")
     assert app.unique_conflicts() == {"skip": 1}
     app.client.close()
+
+
+def test_replaces_racing_claims_lose_no_update(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """Boundary: replace enqueues racing claims and completions of the key's holder (the
+    replace's status fence against the claim's row lock). Invariant: no update is lost (the
+    last payload enqueued runs), a running job is never changed (each run sees the payload
+    it was claimed with, recorded by the claim), and the key always has one holder."""
+    done = threading.Event()
+    ran: list[tuple[int, Any]] = []
+    errors: list[BaseException] = []
+
+    def consume(worker: str) -> None:
+        try:
+            while True:
+                leases = client.claim(worker=worker, limit=1)
+                for lease in leases:
+                    ran.append((lease.job_id, lease.payload))
+                    job = client.get_job(lease.job_id)
+                    assert job is not None and job.payload == lease.payload
+                    assert client.complete(lease)
+                if not leases and done.is_set() and not _live(dsn, schema, "k"):
+                    return
+        except BaseException as exc:
+            errors.append(exc)
+
+    consumers = [threading.Thread(target=consume, args=(f"w{i}",)) for i in range(2)]
+    for t in consumers:
+        t.start()
+    for n in range(150):
+        client.enqueue("t", {"n": n}, unique_key="k", on_conflict="replace")
+    done.set()
+    for t in consumers:
+        t.join(60)
+    assert not errors, errors
+    assert max(payload["n"] for _, payload in ran) == 149
+    assert len({job_id for job_id, _ in ran}) == len(ran)  # each job ran once
+    assert _holder(dsn, schema, "k") is None and not _live(dsn, schema, "k")
