@@ -553,3 +553,18 @@ def test_replaces_racing_claims_lose_no_update(
     assert max(payload["n"] for _, payload in ran) == 149
     assert len({job_id for job_id, _ in ran}) == len(ran)  # each job ran once
     assert _holder(dsn, schema, "k") is None and not _live(dsn, schema, "k")
+
+
+def test_a_follow_up_with_the_same_ordering_key_waits_for_the_superseded_run(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    first = client.enqueue("t", {"v": 1}, unique_key="k", ordering_key="k")
+    (lease,) = client.claim(worker="w")
+    follow = client.enqueue("t", {"v": 2}, unique_key="k", ordering_key="k", on_conflict="replace")
+    assert follow.outcome == "follow_up"
+    assert client.claim(worker="w") == []  # blocked behind the running job of its key
+    assert client.complete(lease) and lease.job_id == first
+    (next_lease,) = client.claim(worker="w")
+    assert next_lease.job_id == int(follow) and next_lease.payload == {"v": 2}
+    assert client.complete(next_lease)
+    assert _holder(dsn, schema, "k") is None
