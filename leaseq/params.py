@@ -8,6 +8,7 @@ leads to. No I/O: the client modules, which are generated async → sync, only c
 from __future__ import annotations
 
 import datetime as dt
+import operator
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
@@ -81,13 +82,17 @@ UNIQUE_FIELDS = (
     "debounce_max",
 )
 
+_unique_fields = operator.itemgetter(*UNIQUE_FIELDS)
+_NO_UNIQUE = (None,) * len(UNIQUE_FIELDS)
+
 
 def job_params(job: Mapping[str, Any], payload_limit: int) -> dict[str, Any]:
     """The checked parameters of one job for insert_job / insert_jobs / COPY; ``unique``
     holds its checked unique options (None without a unique key)."""
     unique = None
-    if any(job.get(name) is not None for name in UNIQUE_FIELDS):
-        unique = unique_options(*(job.get(name) for name in UNIQUE_FIELDS))
+    given = _unique_fields(job)
+    if given != _NO_UNIQUE:  # one tuple compare: this runs for every job of a bulk enqueue
+        unique = unique_options(*given)
         check_schedule(unique, job["run_at"], job["delay"])
     run_at, delay = schedule(job["run_at"], job["delay"])
     if unique is not None and unique.debounce is not None:
