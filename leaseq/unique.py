@@ -162,11 +162,17 @@ class EnqueueResult(int):
     follow_up, or None without a conflict. It prints as the plain id.
     """
 
-    inserted: bool
-    existing: bool
-    replaced: bool
-    conflict_state: str | None
-    outcome: str | None
+    # Class-level defaults: a plain insert's result is just int.__new__ (see ``new``).
+    inserted: bool = True
+    existing: bool = False
+    replaced: bool = False
+    conflict_state: str | None = None
+    outcome: str | None = None
+
+    @classmethod
+    def new(cls, job_id: int) -> EnqueueResult:
+        """A newly inserted job without a conflict, at the cost of an int (bulk enqueues)."""
+        return int.__new__(cls, job_id)
 
     def __new__(
         cls,

@@ -110,7 +110,7 @@ class EnqueueOps(ClientBase):
             with self._transaction(connection) as conn:
                 self._lock_keys(conn, [params["ordering_key"]])
                 rows = self._rows("insert_keyed_job", params, conn)
-        return EnqueueResult(rows[0][0])
+        return EnqueueResult.new(rows[0][0])
 
     def _enqueue_unique(self, conn: Connection[Any] | None, job: dict[str, Any]) -> EnqueueResult:
         """Take the job's unique key and insert it, or resolve the conflict. Each statement
@@ -190,7 +190,7 @@ class EnqueueOps(ClientBase):
             with self._transaction(connection) as conn:
                 self._lock_keys(conn, arrays["ordering_keys"])
                 rows = self._rows("insert_jobs", arrays, conn)
-        return [EnqueueResult(row[0]) for row in rows]
+        return [EnqueueResult.new(row[0]) for row in rows]
 
     def _enqueue_each(
         self, params_list: list[dict[str, Any]], connection: Connection[Any] | None
@@ -220,4 +220,4 @@ class EnqueueOps(ClientBase):
         with cur.copy(self.queries["copy_jobs"]) as copy:
             for job_id, p in zip(ids, params_list, strict=True):
                 copy.write_row(copy_row(job_id, p, db_now))
-        return [EnqueueResult(i) for i in ids]
+        return [EnqueueResult.new(i) for i in ids]

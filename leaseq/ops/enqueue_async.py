@@ -106,7 +106,7 @@ class AsyncEnqueueOps(AsyncClientBase):
             async with self._transaction(connection) as conn:
                 await self._lock_keys(conn, [params["ordering_key"]])
                 rows = await self._rows("insert_keyed_job", params, conn)
-        return EnqueueResult(rows[0][0])
+        return EnqueueResult.new(rows[0][0])
 
     async def _enqueue_unique(
         self, conn: AsyncConnection[Any] | None, job: dict[str, Any]
@@ -188,7 +188,7 @@ class AsyncEnqueueOps(AsyncClientBase):
             async with self._transaction(connection) as conn:
                 await self._lock_keys(conn, arrays["ordering_keys"])
                 rows = await self._rows("insert_jobs", arrays, conn)
-        return [EnqueueResult(row[0]) for row in rows]
+        return [EnqueueResult.new(row[0]) for row in rows]
 
     async def _enqueue_each(
         self, params_list: list[dict[str, Any]], connection: AsyncConnection[Any] | None
@@ -218,4 +218,4 @@ class AsyncEnqueueOps(AsyncClientBase):
         async with cur.copy(self.queries["copy_jobs"]) as copy:
             for job_id, p in zip(ids, params_list, strict=True):
                 await copy.write_row(copy_row(job_id, p, db_now))
-        return [EnqueueResult(i) for i in ids]
+        return [EnqueueResult.new(i) for i in ids]
