@@ -18,8 +18,10 @@ from leaseq.errors import (
     LeaseqError,
     PayloadError,
     Permanent,
+    ReplayRefused,
     Retry,
     SchemaError,
+    UniqueConflict,
 )
 from leaseq.models import (
     EffectRecord,
@@ -35,6 +37,7 @@ from leaseq.models import (
 from leaseq.pauses import AdminEvent, Pause
 from leaseq.retry import RetryPolicy
 from leaseq.states import JobStatus
+from leaseq.unique import EnqueueResult, ReplayResult
 from leaseq.worker import (
     EffectDecision,
     EffectNotPerformed,
@@ -63,6 +66,7 @@ __all__ = [
     "EffectNotPerformed",
     "EffectRecord",
     "EmbeddedError",
+    "EnqueueResult",
     "Failure",
     "FencedTransaction",
     "Heartbeat",
@@ -82,12 +86,15 @@ __all__ = [
     "Permanent",
     "QueueSettings",
     "QueueStats",
+    "ReplayRefused",
+    "ReplayResult",
     "Retry",
     "RetryPolicy",
     "SchemaError",
     "SweepResult",
     "Task",
     "UncertainEffect",
+    "UniqueConflict",
     "Worker",
     "WorkerConfig",
     "WorkerStats",

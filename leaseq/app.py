@@ -12,6 +12,7 @@ from leaseq.client_async import AsyncClient
 from leaseq.errors import ConfigError, PayloadError
 from leaseq.redact import Redactor, default_redact
 from leaseq.retry import Classifier, ErrorRules, RetryPolicy
+from leaseq.unique import EnqueueResult
 
 if TYPE_CHECKING:
     from leaseq.worker.context import JobContext
@@ -108,11 +109,11 @@ class Task:
                 raise PayloadError(f"invalid payload for task {self.name}: {exc}") from None
         return merged
 
-    def enqueue(self, payload: Any = None, **options: Any) -> int:
+    def enqueue(self, payload: Any = None, **options: Any) -> EnqueueResult:
         """Enqueue this task through the app's sync client; options as in ``Client.enqueue``."""
         return self.app.client.enqueue(self.name, payload, **self._options(payload, options))
 
-    async def enqueue_async(self, payload: Any = None, **options: Any) -> int:
+    async def enqueue_async(self, payload: Any = None, **options: Any) -> EnqueueResult:
         """Enqueue through the app's async client; options as in ``AsyncClient.enqueue``."""
         client = self.app.async_client
         return await client.enqueue(self.name, payload, **self._options(payload, options))
@@ -144,6 +145,14 @@ class App:
         self.tasks: dict[str, Task] = {}
         self._client: Client | None = None
         self._async_client: AsyncClient | None = None
+
+    def unique_conflicts(self) -> dict[str, int]:
+        """Unique-key conflicts resolved by this app's clients so far, by outcome."""
+        total: dict[str, int] = {}
+        for client in (self._client, self._async_client):
+            for outcome, n in (client.unique_conflicts if client else {}).items():
+                total[outcome] = total.get(outcome, 0) + n
+        return total
 
     def client_options(self) -> dict[str, Any]:
         """What every client of this app shares: schema, retry policy, redaction, prepare."""

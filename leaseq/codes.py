@@ -33,3 +33,6 @@ class ErrorCode(StrEnum):
     #: A stored row holds what the claim cannot turn into a lease (a counter at its maximum,
     #: a time that is not finite); the claim ended it dead instead of failing its batch.
     ROW_OUT_OF_RANGE = "ROW_OUT_OF_RANGE"
+    #: A retry of a job whose unique key moved to a follow-up job: it ends cancelled instead
+    #: of becoming a second live job with the key.
+    SUPERSEDED = "SUPERSEDED"

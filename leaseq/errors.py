@@ -39,6 +39,29 @@ class InvalidTransition(LeaseqError):
     """The requested operator action does not apply to the job's current state."""
 
 
+class UniqueConflict(LeaseqError):
+    """An enqueue with ``on_conflict="raise"`` found its unique key held. Nothing was stored
+    and no SQL error was raised, so the caller's transaction is still usable."""
+
+    def __init__(self, key: str, job_id: int, state: str) -> None:
+        super().__init__(f"unique key {key!r} is held by job {job_id} ({state})")
+        self.key = key
+        self.job_id = job_id
+        self.state = state
+
+
+class ReplayRefused(InvalidTransition):
+    """A replay would bring back a job whose unique key another job holds; the job stays as
+    it was and the refusal is in its audit trail (``replay_refused``)."""
+
+    def __init__(self, job_id: int, key: str, holder: int | None) -> None:
+        by = f"job {holder}" if holder is not None else "another job"
+        super().__init__(f"replay of job {job_id} refused: unique key {key!r} is held by {by}")
+        self.job_id = job_id
+        self.key = key
+        self.holder = holder
+
+
 class Permanent(Exception):
     """Raised by a handler: this failure will not improve with retries; the job goes dead.
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ from prometheus_client.utils import floatToGoString
 
 from leaseq.models import QueueStats
 from leaseq.pauses import SCOPES, Pause
+from leaseq.unique import OUTCOMES
 
 MAX_ERROR_CODES = 50
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -73,6 +74,15 @@ METRICS: tuple[MetricSpec, ...] = (
         ("queue", "error_code", "attempt"),
         "worker",
         "Failed attempts scheduled for retry, by error code and attempt number.",
+    ),
+    MetricSpec(
+        "leaseq_unique_conflicts_total",
+        "counter",
+        ("outcome",),
+        "client",
+        "Enqueues that found their unique key held, by outcome (skip, replace, follow_up, "
+        "raise); counted in the process that enqueued (a worker counts its app's clients; "
+        "elsewhere register UniqueConflictCollector).",
     ),
     MetricSpec(
         "leaseq_claim_latency_seconds",
@@ -338,6 +348,25 @@ class LoopCounter(Collector):
         family = CounterMetricFamily(self.name, self._doc, labels=self._labelnames)
         for values, value in list(self._values.items()):
             family.add_metric(list(values), value)
+        yield family
+
+
+class UniqueConflictCollector(Collector):
+    """``leaseq_unique_conflicts_total`` from ``counts()`` (e.g. a client's
+    ``unique_conflicts``, or ``App.unique_conflicts``): counted where the enqueue ran."""
+
+    def __init__(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        self._counts = counts
+        self._spec = SPECS["leaseq_unique_conflicts_total"]
+
+    def describe(self) -> Iterable[Metric]:
+        return [CounterMetricFamily(self._spec.name, self._spec.help, labels=self._spec.labels)]
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self._spec.name, self._spec.help, labels=self._spec.labels)
+        counts = self._counts()
+        for outcome in OUTCOMES:
+            family.add_metric([outcome], counts.get(outcome, 0))
         yield family
 
 

@@ -56,6 +56,8 @@ class Lease:
     available_at: dt.datetime | None = None
     #: Jobs sharing this key run one at a time, in enqueue order.
     ordering_key: str | None = None
+    #: The job's unique key (its completion and failure then update who holds the key).
+    unique_key: str | None = None
     #: Local monotonic time the lease object was made (at the claim), for elapsed times.
     claimed_monotonic: float = field(
         default_factory=time.monotonic, repr=False, compare=False, kw_only=True
@@ -123,6 +125,7 @@ class Job(Printable):
     last_error_class: str | None = None
     unknown_failures: int = 0
     idempotency_key: str | None = None
+    unique_key: str | None = None
     #: Why part of the stored row could not be read (e.g. a payload nested too deeply for
     #: Python); the unreadable part is shown as None. None when everything was read.
     unreadable: str | None = None
@@ -210,6 +213,22 @@ class JobSpec:
     idempotency_key: str | None = None
     ordering_key: str | None = None
     key_policy: str = "block"
+    unique_key: str | None = None
+    unique_for: float | dt.timedelta | None = None
+    unique_states: tuple[str, ...] | None = None
+    on_conflict: str | None = None
+    debounce: float | dt.timedelta | None = None
+    debounce_max: float | dt.timedelta | None = None
+
+
+@dataclass(frozen=True)
+class UniqueKeyHolder(Printable):
+    """Who holds a unique key: ``job_id`` (None: nobody), live (``held_until`` None) or
+    only for the window after that job finished, until ``held_until``."""
+
+    key: str
+    job_id: int | None
+    held_until: dt.datetime | None
 
 
 @dataclass(frozen=True)

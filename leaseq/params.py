@@ -8,6 +8,7 @@ leads to. No I/O: the client modules, which are generated async → sync, only c
 from __future__ import annotations
 
 import datetime as dt
+import operator
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
@@ -20,6 +21,7 @@ from leaseq.redact import Redactor
 from leaseq.retry import ErrorClass, RetryPolicy
 from leaseq.rows import Unclaimable
 from leaseq.states import FailureDecision, JobStatus, decide_failure
+from leaseq.unique import UniqueOptions, check_schedule, unique_options
 
 #: From this many jobs on (without ordering keys), enqueue_many uses COPY.
 COPY_THRESHOLD = 200
@@ -70,10 +72,34 @@ def schedule(run_at: object, delay: object) -> tuple[dt.datetime | None, float]:
     return run_at, seconds
 
 
+#: The unique-job fields of a job (all None: no unique key, the plain insert).
+UNIQUE_FIELDS = (
+    "unique_key",
+    "unique_for",
+    "unique_states",
+    "on_conflict",
+    "debounce",
+    "debounce_max",
+)
+
+_unique_fields = operator.itemgetter(*UNIQUE_FIELDS)
+_NO_UNIQUE = (None,) * len(UNIQUE_FIELDS)
+
+
 def job_params(job: Mapping[str, Any], payload_limit: int) -> dict[str, Any]:
-    """The checked parameters of one job for insert_job / insert_jobs / COPY."""
+    """The checked parameters of one job for insert_job / insert_jobs / COPY; ``unique``
+    holds its checked unique options (None without a unique key)."""
+    unique = None
+    given = _unique_fields(job)
+    if given != _NO_UNIQUE:  # one tuple compare: this runs for every job of a bulk enqueue
+        unique = unique_options(*given)
+        check_schedule(unique, job["run_at"], job["delay"])
     run_at, delay = schedule(job["run_at"], job["delay"])
+    if unique is not None and unique.debounce is not None:
+        delay = unique.debounce
     return {
+        "unique": unique,
+        "reschedule": job["run_at"] is not None or job["delay"] is not None,
         "task": validate.check_name("task", job["task"]),
         "queue": validate.check_name("queue", job["queue"]),
         "payload": validate.encode_payload(job["payload"], payload_limit),
@@ -86,6 +112,20 @@ def job_params(job: Mapping[str, Any], payload_limit: int) -> dict[str, Any]:
         "ordering_key": validate.check_ordering_key(job["ordering_key"]),
         "key_policy": validate.check_key_policy(job["key_policy"]),
     }
+
+
+def unique_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of insert_unique_job, unique_replace and insert_follow_up."""
+    unique: UniqueOptions = params["unique"]
+    out = {k: v for k, v in params.items() if k != "unique"}
+    out.update(
+        unique_key=unique.key,
+        unique_for=unique.window,
+        unique_states=list(unique.states),
+        debounce=unique.debounce,
+        debounce_max=unique.debounce_max,
+    )
+    return out
 
 
 def job_arrays(params_list: Sequence[Mapping[str, Any]], channel: str) -> dict[str, Any]:

@@ -130,6 +130,7 @@ def leases_from_rows(
         unknown_failures,
         idempotency_key,
         ordering_key,
+        unique_key,
         clock,
         created_age,
         available_age,
@@ -198,6 +199,7 @@ def leases_from_rows(
                 "idempotency_key": idempotency_key,
                 "available_at": available_at,
                 "ordering_key": ordering_key,
+                "unique_key": unique_key,
                 "claimed_monotonic": claimed_monotonic,
             },
         )

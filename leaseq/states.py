@@ -67,6 +67,14 @@ TRANSITIONS: frozenset[Transition] = frozenset(
         (_C, "replayed", _P),
         (_D, "key_skipped", _D),
         (_D, "purged", None),
+        # Unique keys: a replay refused because another job holds the key (nothing moves);
+        # a pending holder's payload replaced by an enqueue of its key; a holder whose key
+        # moved to a follow-up job (it keeps running; a failed attempt then ends it).
+        (_D, "replay_refused", _D),
+        (_C, "replay_refused", _C),
+        (_P, "unique_replaced", _P),
+        (_R, "superseded", _R),
+        (_P, "superseded", _P),
     )
 )
 

@@ -16,6 +16,7 @@ from prometheus_client import disable_created_metrics
 
 from leaseq.cli.render import age, emit_json, render_status, table
 from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
+from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
 from leaseq.dev.embedded import EmbeddedServer, default_data_dir
 from leaseq.errors import ConfigError, LeaseqError
 from leaseq.metrics import METRICS, database_registry
@@ -80,10 +81,12 @@ def read_payload(text: str | None) -> Any:
 @click.option("--delay", type=float, default=None, help="Seconds from now (database clock).")
 @click.option("--max-attempts", type=int, default=8, show_default=True)
 @click.option("--ordering-key", default=None, help="Run after earlier jobs of this key.")
+@unique_options
 @click.option("--json", "as_json", is_flag=True, help="Print {'id': ...} as JSON.")
 @pass_settings
 def enqueue(
     settings: Settings,
+    /,
     task: str,
     payload: str | None,
     queue: str,
@@ -92,12 +95,14 @@ def enqueue(
     max_attempts: int,
     ordering_key: str | None,
     as_json: bool,
+    **unique: Any,
 ) -> None:
     """Enqueue TASK with an optional JSON PAYLOAD; prints the job id.
 
     PAYLOAD is JSON text, `-` to read it from stdin, or @PATH to read it from a file.
+    With --unique-key, a key already held prints the holder's id (and says so on stderr).
     """
-    job_id = settings.client.enqueue(
+    result = settings.client.enqueue(
         task,
         read_payload(payload),
         queue=queue,
@@ -105,11 +110,14 @@ def enqueue(
         delay=delay,
         max_attempts=max_attempts,
         ordering_key=ordering_key,
+        **clean(unique),
     )
     if as_json:
-        emit_json({"id": job_id})
+        emit_json({"id": int(result), **unique_outcome(result)})
     else:
-        click.echo(job_id)
+        click.echo(int(result))
+        if result.outcome is not None:
+            click.echo(conflict_line(result), err=True)
 
 
 @click.command()
@@ -161,16 +169,20 @@ def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
         raise Failed(f"no job with id {job_id}")
     events = settings.client.job_events(job_id)
     effects = settings.client.job_effects(job_id)
+    holder = settings.client.unique_key_holder(job_id)
     if as_json:
         emit_json(
             {
                 "job": job.as_dict(),
+                "unique_key_holder": holder.as_dict() if holder else None,
                 "events": [e.as_dict() for e in events],
                 "effects": [f.as_dict() for f in effects],
             }
         )
         return
     click.echo("\n".join(_job_lines(job)))
+    if holder is not None:
+        click.echo(holder_line(job_id, holder))
     click.echo("\nhistory:")
     if not events:
         click.echo("  (no transitions besides claim/succeed)")
@@ -348,6 +360,9 @@ def replay(
             **filters,
         )
     click.echo(f"replayed {done} job(s) by {actor}")
+    for refused_id, holder_id in done.refused:
+        by = f"job {holder_id}" if holder_id is not None else "another job"
+        click.echo(f"refused job {refused_id}: its unique key is held by {by}", err=True)
 
 
 @click.command()

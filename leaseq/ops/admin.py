@@ -14,10 +14,11 @@ from collections.abc import Callable
 from typing import Any, Unpack
 
 from leaseq import validate
-from leaseq.errors import ConfigError
+from leaseq.errors import ConfigError, ReplayRefused
 from leaseq.models import JobFilter
 from leaseq.ops.base import ClientBase
 from leaseq.params import job_filter
+from leaseq.unique import ReplayResult
 
 
 class AdminOps(ClientBase):
@@ -67,11 +68,17 @@ class AdminOps(ClientBase):
         """Bring a dead job back to pending under the same id with a fresh attempt budget.
 
         ``reason`` is required and stored with ``actor`` in the audit trail. False when the
-        job does not exist or is not dead (or cancelled, with ``allow_cancelled``).
+        job does not exist or is not dead (or cancelled, with ``allow_cancelled``). A job
+        whose unique key another job holds is not replayed: the refusal is audited
+        (``replay_refused``) and :class:`ReplayRefused` names the holder.
         """
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = job_filter(statuses, job_id=job_id)
-        return bool(self._replay_batch(params, reason, actor, 1))
+        refused: list[tuple[int, int | None, str]] = []
+        done = self._replay_batch(params, reason, actor, 1, refused)
+        if refused:
+            raise ReplayRefused(refused[0][0], refused[0][2], refused[0][1])
+        return bool(done)
 
     def replay_many(
         self,
@@ -82,23 +89,37 @@ class AdminOps(ClientBase):
         batch_size: int = 500,
         on_progress: Callable[[int], None] | None = None,
         **filters: Unpack[JobFilter],
-    ) -> int:
+    ) -> ReplayResult:
         """Replay every dead job matching the filter (queue, task, error_code, older_than,
         newer_than), in batches, each its own short transaction; ``on_progress(n)`` after
-        each batch. Returns how many were replayed."""
+        each batch. Returns how many were replayed (a :class:`ReplayResult`, an ``int``);
+        jobs whose unique key another job holds are refused (audited, ``replay_refused``),
+        listed in its ``refused``, and the replay goes on."""
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = job_filter(statuses, **filters)
         batch = validate.check_int("batch_size", batch_size, 1, 10_000)
         total = 0
-        while done := self._replay_batch(params, reason, actor, batch):
+        refused: list[tuple[int, int | None, str]] = []
+        while True:
+            seen = len(refused)
+            done = self._replay_batch(params, reason, actor, batch, refused)
+            if not done and len(refused) == seen:
+                break
             total += done
-            if on_progress is not None:
+            if on_progress is not None and done:
                 on_progress(done)
-        return total
+        return ReplayResult(total, [(job_id, holder) for job_id, holder, _ in refused])
 
     def _replay_batch(
-        self, params: dict[str, Any], reason: str, actor: str | None, limit: int
+        self,
+        params: dict[str, Any],
+        reason: str,
+        actor: str | None,
+        limit: int,
+        refused: list[tuple[int, int | None, str]],
     ) -> int:
+        """One batch; appends (job id, holder, key) of each refusal to ``refused``, whose
+        jobs the next batches then pass over."""
         if not isinstance(reason, str) or not reason.strip():
             raise ConfigError("replay needs a reason (what was fixed)")
         params = {
@@ -107,6 +128,7 @@ class AdminOps(ClientBase):
             "actor": actor,
             "reason": validate.bound_detail(reason),
             "channel": self.channel,
+            "skip": [job_id for job_id, _, _ in refused],
         }
         with self._transaction() as conn:
             candidates = self._rows("replay_candidates", params, conn)
@@ -114,9 +136,10 @@ class AdminOps(ClientBase):
                 return 0
             keys = self._lock_keys(conn, [key for _, key in candidates])
             params["ids"] = [job_id for job_id, _ in candidates]
-            replayed = len(self._rows("replay_jobs", params, conn))
+            rows = self._rows("replay_jobs", params, conn)
             self._promote_keys(conn, keys)
-            return replayed
+        refused += [(int(r[0]), r[3], r[4]) for r in rows if r[2]]
+        return sum(1 for r in rows if not r[2])
 
     def purge_dead(
         self,
@@ -133,6 +156,7 @@ class AdminOps(ClientBase):
             raise ConfigError("purging dead jobs needs a reason")
         params = {
             **job_filter(["dead"], **filters),
+            "skip": [],
             "limit": validate.check_int("batch_size", batch_size, 1, 10_000),
             "actor": actor,
             "reason": validate.bound_detail(reason),

@@ -64,6 +64,9 @@ class ClientBase:
         self.channel = notify_channel(schema)
         self.retry_policy = retry_policy or RetryPolicy()
         self.payload_limit = validate.check_int("payload_limit", payload_limit, 2, 256 << 20)
+        #: Unique-key conflicts this client resolved, by outcome (skip, replace, follow_up,
+        #: raise): the source of leaseq_unique_conflicts_total.
+        self.unique_conflicts: dict[str, int] = {}
         self._pool_size = validate.check_int("pool_size", pool_size, 1, 1000)
         self._dsn_arg = dsn
         self._dsn: str | None = None

@@ -1,7 +1,9 @@
 # Generated from leaseq/ops/enqueue_async.py by tools/gen_sync.py. Do not edit by hand:
 # change the async source and run `python tools/gen_sync.py`.
 """Enqueue: one job, many jobs (unnested arrays, or COPY from 200 jobs on), inside the
-caller's transaction when given one. Checks and parameters come from ``leaseq.params``.
+caller's transaction when given one, and jobs with a unique key (take the key first, then
+resolve a conflict as ``on_conflict`` says; the rules are in ``leaseq.unique``). Checks and
+parameters come from ``leaseq.params``.
 
 The synchronous twin of ``leaseq/ops/enqueue_async.py``; see that file for the logic.
 """
@@ -13,9 +15,21 @@ from typing import Any
 
 from psycopg import Connection
 
+from leaseq.errors import LeaseqError, UniqueConflict
 from leaseq.models import JobSpec
 from leaseq.ops.base import ClientBase
-from leaseq.params import COPY_THRESHOLD, copy_row, job_arrays, job_fields, job_params
+from leaseq.params import (
+    COPY_THRESHOLD,
+    copy_row,
+    job_arrays,
+    job_fields,
+    job_params,
+    unique_params,
+)
+from leaseq.unique import EnqueueResult, holder_state, resolve_conflict
+
+#: How often an enqueue tries again when the key's holder changed between its statements.
+UNIQUE_ATTEMPTS = 20
 
 
 class EnqueueOps(ClientBase):
@@ -33,9 +47,15 @@ class EnqueueOps(ClientBase):
         idempotency_key: str | None = None,
         ordering_key: str | None = None,
         key_policy: str = "block",
+        unique_key: str | None = None,
+        unique_for: Any = None,
+        unique_states: Any = None,
+        on_conflict: str | None = None,
+        debounce: Any = None,
+        debounce_max: Any = None,
         connection: Connection[Any] | None = None,
-    ) -> int:
-        """Store one job; returns its id.
+    ) -> EnqueueResult:
+        """Store one job; returns its id (an :class:`EnqueueResult`, an ``int``).
 
         With ``connection`` the insert joins that connection's open transaction: the job
         exists, and workers are woken, only if the caller commits. ``payload_version`` tags
@@ -43,6 +63,15 @@ class EnqueueOps(ClientBase):
         becomes the job's ``ctx.idempotency_key`` (default: derived from the job id).
         Jobs sharing an ``ordering_key`` run one at a time, in enqueue order; when one ends
         dead, ``key_policy`` says whether its key waits (``block``) or moves on (``skip``).
+
+        ``unique_key``: at most one live job (pending or running) holds the key, and with
+        ``unique_for`` (seconds or a timedelta) the key stays held that long after the job
+        finished in one of ``unique_states``. When the key is held, ``on_conflict`` says
+        what happens: ``skip`` (default) returns the holder's id with ``inserted`` false,
+        ``raise`` raises :class:`UniqueConflict`, ``replace`` updates a pending holder or
+        queues a follow-up behind a running one. ``debounce`` (implies replace) starts the
+        job that long after the latest enqueue, but no later than ``debounce_max`` after
+        the first. See docs/unique.md.
         """
         params = job_params(
             {
@@ -57,10 +86,23 @@ class EnqueueOps(ClientBase):
                 "idempotency_key": idempotency_key,
                 "ordering_key": ordering_key,
                 "key_policy": key_policy,
+                "unique_key": unique_key,
+                "unique_for": unique_for,
+                "unique_states": unique_states,
+                "on_conflict": on_conflict,
+                "debounce": debounce,
+                "debounce_max": debounce_max,
             },
             self.payload_limit,
         )
         params["channel"] = self.channel
+        if params["unique"] is not None:
+            if params["ordering_key"] is None:
+                # Each statement is atomic and fenced on its own: no transaction needed.
+                return self._enqueue_unique(connection, params)
+            with self._transaction(connection) as conn:
+                self._lock_keys(conn, [params["ordering_key"]])
+                return self._enqueue_unique(conn, params)
         if params["ordering_key"] is None:
             del params["ordering_key"]
             rows = self._rows("insert_job", params, connection)
@@ -68,22 +110,75 @@ class EnqueueOps(ClientBase):
             with self._transaction(connection) as conn:
                 self._lock_keys(conn, [params["ordering_key"]])
                 rows = self._rows("insert_keyed_job", params, conn)
-        return int(rows[0][0])
+        return EnqueueResult.new(rows[0][0])
+
+    def _enqueue_unique(self, conn: Connection[Any] | None, job: dict[str, Any]) -> EnqueueResult:
+        """Take the job's unique key and insert it, or resolve the conflict. Each statement
+        is fenced on the holder it read: if the holder changed in between, try again.
+        ``conn`` None: each statement in its own transaction (a pooled connection)."""
+        params = unique_params(job)
+        unique = job["unique"]
+        for _ in range(UNIQUE_ATTEMPTS):
+            rows = self._rows("insert_unique_job", params, conn)
+            if rows:
+                return EnqueueResult(rows[0][0])
+            # A new statement, a new snapshot: the holder may have committed after the
+            # insert's snapshot was taken.
+            found = self._rows("unique_holder", params, conn)
+            if not found:
+                continue  # let go meanwhile: take it now
+            if found[0][3]:  # only a window that has ended
+                if rows := self._rows("take_unique_window", params, conn):
+                    return EnqueueResult(rows[0][0])
+                continue
+            holder, held_until, status, _ = found[0]
+            state = holder_state(status, held_until)
+            outcome = resolve_conflict(unique.on_conflict, state, held_until is not None)
+            self._count_conflict(outcome)
+            if outcome == "raise":
+                raise UniqueConflict(unique.key, holder, state)
+            if outcome == "skip":
+                return EnqueueResult(holder, inserted=False, conflict_state=state, outcome=outcome)
+            if outcome == "replace":
+                if self._rows("unique_replace", {**params, "holder": holder}, conn):
+                    return EnqueueResult(
+                        holder,
+                        inserted=False,
+                        replaced=True,
+                        conflict_state=state,
+                        outcome=outcome,
+                    )
+                continue  # claimed or cancelled meanwhile
+            rows = self._rows("insert_follow_up", {**params, "holder": holder}, conn)
+            if rows:
+                return EnqueueResult(rows[0][0], conflict_state=state, outcome=outcome)
+        raise LeaseqError(
+            f"unique key {unique.key!r} changed hands {UNIQUE_ATTEMPTS} times during one "
+            "enqueue; try again"
+        )
+
+    def _count_conflict(self, outcome: str) -> None:
+        """Counted in the enqueuing process (``leaseq_unique_conflicts_total``)."""
+        self.unique_conflicts[outcome] = self.unique_conflicts.get(outcome, 0) + 1
 
     def enqueue_many(
         self,
         jobs: Iterable[JobSpec | Mapping[str, Any]],
         *,
         connection: Connection[Any] | None = None,
-    ) -> list[int]:
+    ) -> list[EnqueueResult]:
         """Store many jobs in one statement; returns their ids in input order.
 
         Each item is a :class:`JobSpec` or a mapping with ``enqueue``'s argument names.
-        All are validated before anything is sent, so a bad item stores nothing.
+        All are validated before anything is sent, so a bad item stores nothing. With unique
+        keys, the items are enqueued one by one in one transaction: a key repeated in the
+        batch resolves to its first item's job (as a later ``enqueue`` would).
         """
         params_list = [job_params(job_fields(job), self.payload_limit) for job in jobs]
         if not params_list:
             return []
+        if any(p["unique"] is not None for p in params_list):
+            return self._enqueue_each(params_list, connection)
         keyed = any(p["ordering_key"] for p in params_list)
         if not keyed and len(params_list) >= COPY_THRESHOLD:
             with self._transaction(connection) as conn:
@@ -95,9 +190,27 @@ class EnqueueOps(ClientBase):
             with self._transaction(connection) as conn:
                 self._lock_keys(conn, arrays["ordering_keys"])
                 rows = self._rows("insert_jobs", arrays, conn)
-        return [int(row[0]) for row in rows]
+        return [EnqueueResult.new(row[0]) for row in rows]
 
-    def _copy_jobs(self, conn: Connection[Any], params_list: list[dict[str, Any]]) -> list[int]:
+    def _enqueue_each(
+        self, params_list: list[dict[str, Any]], connection: Connection[Any] | None
+    ) -> list[EnqueueResult]:
+        results = []
+        with self._transaction(connection) as conn:
+            self._lock_keys(conn, [p["ordering_key"] for p in params_list])
+            for params in params_list:
+                params["channel"] = self.channel
+                if params["unique"] is not None:
+                    results.append(self._enqueue_unique(conn, params))
+                    continue
+                name = "insert_job" if params["ordering_key"] is None else "insert_keyed_job"
+                rows = self._rows(name, params, conn)
+                results.append(EnqueueResult(rows[0][0]))
+        return results
+
+    def _copy_jobs(
+        self, conn: Connection[Any], params_list: list[dict[str, Any]]
+    ) -> list[EnqueueResult]:
         """Bulk enqueue through COPY (about 3x an insert of unnested arrays): ids reserved
         first, so they are returned in input order; delays count from the database clock."""
         ready = sorted({p["queue"] for p in params_list if p["run_at"] is None and not p["delay"]})
@@ -107,4 +220,4 @@ class EnqueueOps(ClientBase):
         with cur.copy(self.queries["copy_jobs"]) as copy:
             for job_id, p in zip(ids, params_list, strict=True):
                 copy.write_row(copy_row(job_id, p, db_now))
-        return [int(i) for i in ids]
+        return [EnqueueResult.new(i) for i in ids]

@@ -20,10 +20,18 @@ class AsyncFailureOps(AsyncClientBase):
         """Report failed attempts, fenced; returns each job still ours with its new status."""
         if not failures:
             return {}
-        params = fail_params(failures, self.retry_policy, self.redact)
-        keys = [f.lease.ordering_key for f in failures]
-        rows = await self._change_jobs("fail_jobs", params, keys)
-        return {int(row[0]): JobStatus(row[1]) for row in rows}
+        result = {}
+        plain = [f for f in failures if f.lease.unique_key is None]
+        unique = [f for f in failures if f.lease.unique_key is not None]
+        # Jobs with a unique key take fail_keyed_jobs (superseded jobs are not retried, and
+        # an ending job updates who holds its key); the others the plain statement.
+        for name, group in (("fail_jobs", plain), ("fail_keyed_jobs", unique)):
+            if group:
+                params = fail_params(group, self.retry_policy, self.redact)
+                keys = [f.lease.ordering_key for f in group]
+                rows = await self._change_jobs(name, params, keys)
+                result.update({int(row[0]): JobStatus(row[1]) for row in rows})
+        return result
 
     async def fail(
         self,
@@ -70,6 +78,8 @@ class AsyncFailureOps(AsyncClientBase):
         """
         batch = validate.check_int("batch_size", batch_size, 1, 100_000)
         total = SweepResult()
+        # Upkeep: one bounded batch of ended unique-key windows per sweep.
+        await self._rows("delete_expired_windows", {"limit": batch})
         pool = await self._get_pool()
         while True:
             async with pool.connection() as conn, conn.transaction():

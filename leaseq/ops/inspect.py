@@ -16,7 +16,15 @@ from typing import Any, Unpack
 from psycopg import Connection
 
 from leaseq import validate
-from leaseq.models import BlockedKey, EffectRecord, Job, JobEvent, JobFilter, QueueStats
+from leaseq.models import (
+    BlockedKey,
+    EffectRecord,
+    Job,
+    JobEvent,
+    JobFilter,
+    QueueStats,
+    UniqueKeyHolder,
+)
 from leaseq.ops.base import ClientBase
 from leaseq.params import job_filter
 from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_from_row
@@ -30,6 +38,14 @@ class InspectOps(ClientBase):
     def job_events(self, job_id: int) -> list[JobEvent]:
         """The audit trail of one job, oldest first."""
         return [event_from_row(row) for row in self._rows("job_events", {"id": job_id})]
+
+    def unique_key_holder(self, job_id: int) -> UniqueKeyHolder | None:
+        """A job's unique key and who holds it now; None when the job has no key."""
+        rows = self._rows("unique_key_of_job", {"id": job_id}, tolerant=True)
+        if not rows or rows[0][0] is None:
+            return None
+        key, holder, held_until = rows[0]
+        return UniqueKeyHolder(key, holder, held_until)
 
     def list_jobs(
         self, status: str = "dead", *, limit: int = 100, **filters: Unpack[JobFilter]

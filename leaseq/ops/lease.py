@@ -62,8 +62,9 @@ class LeaseOps(ClientBase):
                 extra={"job_id": row.job_id, "token": row.token, "error_code": str(row.code)},
             )
         try:
+            # The keyed statement: a unique key of such a row must be let go too.
             self._change_jobs(
-                "fail_jobs", unclaimable_params(found), [u.ordering_key for u in found]
+                "fail_keyed_jobs", unclaimable_params(found), [u.ordering_key for u in found]
             )
         except psycopg.Error as exc:
             # The good leases of this claim are committed and returned all the same; these
@@ -98,12 +99,22 @@ class LeaseOps(ClientBase):
     def complete_many(
         self, leases: Sequence[Lease], *, connection: Connection[Any] | None = None
     ) -> set[int]:
-        """Mark jobs succeeded, fenced; returns the ids that were still ours."""
+        """Mark jobs succeeded, fenced; returns the ids that were still ours. Leases of
+        jobs with a unique key take complete_keyed_jobs (which updates who holds the key);
+        the others the plain statement."""
         if not leases:
             return set()
-        keys = [lease.ordering_key for lease in leases]
-        rows = self._change_jobs("complete_jobs", fence_groups(leases), keys, connection)
-        return {int(row[0]) for row in rows}
+        unique = [lease for lease in leases if lease.unique_key is not None]
+        if not unique or len(unique) == len(leases):
+            name = "complete_keyed_jobs" if unique else "complete_jobs"
+            keys = [lease.ordering_key for lease in leases]
+            rows = self._change_jobs(name, fence_groups(leases), keys, connection)
+            return {int(row[0]) for row in rows}
+        # A mixed batch: both statements, in one transaction.
+        plain = [lease for lease in leases if lease.unique_key is None]
+        with self._transaction(connection) as conn:
+            done = self.complete_many(plain, connection=conn)
+            return done | self.complete_many(unique, connection=conn)
 
     def complete(self, lease: Lease, *, connection: Connection[Any] | None = None) -> bool:
         """Mark the job succeeded; False means the lease was lost and nothing changed.

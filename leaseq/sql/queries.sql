@@ -11,6 +11,73 @@
 -- is replaced by the fragment's text.
 
 
+-- name: _unique_insert
+-- The job row of insert_unique_job and insert_follow_up, under the id the CTE "lock" took
+-- with the key (nothing is inserted when the key was not taken). Placed before
+-- _key_blocking, which it uses: fragments are expanded in file order.
+ins AS (
+  INSERT INTO {schema}.jobs
+    (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
+     payload_version, idempotency_key, ordering_key, key_policy, blocked, unique_key,
+     unique_for, unique_states, debounce_until)
+  OVERRIDING SYSTEM VALUE
+  SELECT lock.job_id, %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(priority)s,
+         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
+         %(max_attempts)s, %(payload_version)s, %(idempotency_key)s, %(ordering_key)s,
+         %(key_policy)s,
+         -- As in insert_keyed_job (the caller holds the ordering key's lock).
+         %(ordering_key)s::text IS NOT NULL AND EXISTS (
+           SELECT 1 FROM {schema}.jobs AS b
+           WHERE b.ordering_key = %(ordering_key)s AND {_key_blocking}
+         ),
+         %(unique_key)s, %(unique_for)s::float8, %(unique_states)s::text[],
+         now() + make_interval(secs => %(debounce_max)s::float8)
+  FROM lock
+  RETURNING id, queue_name, available_at, blocked
+)
+
+-- name: _unique_release
+-- After keyed jobs ended (CTE fin: id, unique_key, status, unique_for, unique_states, only
+-- final states): a job that still holds its key keeps it as a window until now() +
+-- unique_for when it ended in one of its unique_states, and lets it go otherwise. A job
+-- whose key moved to a follow-up (superseded) touches nothing.
+key_windows AS (
+  UPDATE {schema}.unique_keys AS k
+  SET held_until = now() + make_interval(secs => f.unique_for)
+  FROM fin AS f
+  WHERE k.unique_key = f.unique_key AND k.job_id = f.id AND k.held_until IS NULL
+    AND f.unique_for IS NOT NULL AND f.status::text = ANY(f.unique_states)
+  RETURNING k.job_id
+), key_freed AS (
+  DELETE FROM {schema}.unique_keys AS k
+  USING fin AS f
+  WHERE k.unique_key = f.unique_key AND k.job_id = f.id AND k.held_until IS NULL
+    AND NOT coalesce(f.unique_for IS NOT NULL AND f.status::text = ANY(f.unique_states), false)
+  RETURNING k.job_id
+)
+
+-- name: _unique_superseded
+-- For ended attempts (CTE d0 with an id column): does each job still hold its unique key?
+-- The key rows are locked (FOR UPDATE reads the latest committed version), so a follow-up
+-- moving a key concurrently is either seen here or waits until this statement commits.
+key_rows AS (
+  SELECT k.unique_key, k.job_id
+  FROM {schema}.unique_keys AS k
+  WHERE k.unique_key IN (
+    SELECT j.unique_key FROM {schema}.jobs AS j
+    WHERE j.id IN (SELECT d0.id FROM d0) AND j.unique_key IS NOT NULL
+  )
+  FOR UPDATE
+), sup AS (
+  SELECT d0.id,
+         j.unique_key IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM key_rows AS r WHERE r.unique_key = j.unique_key AND r.job_id = j.id
+         ) AS superseded,
+         (SELECT r.job_id FROM key_rows AS r WHERE r.unique_key = j.unique_key) AS holder
+  FROM d0 JOIN {schema}.jobs AS j ON j.id = d0.id
+)
+
+
 -- name: _key_blocking
 -- Does job b hold up later jobs of its ordering key? (A waiting, blocked job does not.)
 ((b.status IN ('pending', 'running') AND NOT b.blocked)
@@ -93,6 +160,103 @@ WITH ins AS (
   RETURNING id, queue_name, available_at
 )
 SELECT id, CASE WHEN available_at <= now() THEN pg_notify(%(channel)s, queue_name)::text END
+FROM ins;
+
+-- name: insert_unique_job
+-- A job with a unique key takes the key FIRST, in the same statement as its insert: the
+-- primary key of unique_keys decides, in the caller's transaction. A concurrent enqueue of
+-- the key waits for this one to commit (then finds it held) or roll back (then inserts).
+-- Nothing returned = the key is held: the client reads the holder with unique_holder (a
+-- new snapshot) and acts on on_conflict. DO NOTHING, not DO UPDATE ... WHERE: a conflict
+-- must not lock the holder's row (that would make its completion wait for the caller's
+-- transaction); an ended window is taken over by take_unique_window instead.
+WITH lock AS (
+  INSERT INTO {schema}.unique_keys AS k (unique_key, job_id, held_until)
+  VALUES (%(unique_key)s,
+          nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass), NULL)
+  ON CONFLICT (unique_key) DO NOTHING
+  RETURNING k.job_id
+), {_unique_insert}
+SELECT id,
+       CASE WHEN available_at <= now() AND NOT blocked
+         THEN pg_notify(%(channel)s, queue_name)::text END
+FROM ins;
+
+-- name: take_unique_window
+-- insert_unique_job when the key's row is only a window that has ended: take it over,
+-- fenced by "still ended" (a concurrent enqueue taking it first leaves nothing here).
+WITH lock AS (
+  UPDATE {schema}.unique_keys AS k
+  SET job_id = nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass),
+      held_until = NULL
+  WHERE k.unique_key = %(unique_key)s AND k.held_until <= now()
+  RETURNING k.job_id
+), {_unique_insert}
+SELECT id,
+       CASE WHEN available_at <= now() AND NOT blocked
+         THEN pg_notify(%(channel)s, queue_name)::text END
+FROM ins;
+
+-- name: unique_holder
+-- Who holds a key, read after insert_unique_job found it held. held_until set = only the
+-- window of a finished job is left (its row may have been pruned: status NULL).
+SELECT k.job_id, k.held_until, j.status::text, k.held_until <= now()
+FROM {schema}.unique_keys AS k
+LEFT JOIN {schema}.jobs AS j ON j.id = k.job_id
+WHERE k.unique_key = %(unique_key)s;
+
+-- name: unique_replace
+-- on_conflict="replace" while the holder is pending (never leased): fenced by status, so a
+-- claim that locked the row first makes this find it running (and change nothing), and a
+-- claim coming later waits for this row. A debounce moves the start to now() + debounce,
+-- never past debounce_until; without one, run_at/delay move it only when given.
+WITH upd AS (
+  UPDATE {schema}.jobs AS j
+  SET payload = %(payload)s::jsonb,
+      priority = %(priority)s,
+      base_priority = %(priority)s,
+      available_at = CASE
+        WHEN %(debounce)s::float8 IS NOT NULL
+          THEN least(now() + make_interval(secs => %(debounce)s::float8),
+                     coalesce(j.debounce_until, 'infinity'))
+        WHEN %(reschedule)s
+          THEN coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s))
+        ELSE j.available_at
+      END
+  WHERE j.id = %(holder)s AND j.status = 'pending' AND j.unique_key = %(unique_key)s
+  RETURNING j.id, j.queue_name, j.available_at, j.blocked, j.lease_token, j.attempt_count
+), ev AS (
+  INSERT INTO {schema}.job_events
+    (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
+  SELECT id, 'unique_replaced', 'pending', 'pending', NULL, lease_token, attempt_count,
+         'payload replaced by an enqueue of unique key ' || left(%(unique_key)s, 200)
+  FROM upd
+)
+SELECT id,
+       CASE WHEN available_at <= now() AND NOT blocked
+         THEN pg_notify(%(channel)s, queue_name)::text END
+FROM upd;
+
+-- name: insert_follow_up
+-- on_conflict="replace" (or a debounce) while the holder runs: a running job is never
+-- changed, so a new job with the new payload is queued and the key moves to it, fenced by
+-- the holder still holding it live. The holder is now superseded: if its attempt fails it
+-- ends cancelled (SUPERSEDED) rather than coming back as a second live job with the key.
+WITH lock AS (
+  UPDATE {schema}.unique_keys AS k
+  SET job_id = nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass)
+  WHERE k.unique_key = %(unique_key)s AND k.job_id = %(holder)s AND k.held_until IS NULL
+  RETURNING k.job_id
+), {_unique_insert}, ev AS (
+  INSERT INTO {schema}.job_events
+    (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
+  SELECT h.id, 'superseded', h.status, h.status, NULL, h.lease_token, h.attempt_count,
+         'unique key ' || left(h.unique_key, 200) || ' moved to follow-up job ' || ins.id
+  FROM ins JOIN {schema}.jobs AS h ON h.id = %(holder)s
+)
+SELECT id,
+       CASE WHEN available_at <= now() AND NOT blocked
+         THEN pg_notify(%(channel)s, queue_name)::text END
 FROM ins;
 
 -- name: insert_jobs
@@ -215,7 +379,7 @@ WHERE j.id = ANY(ARRAY(
 ))
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::text,
           j.attempt_count, j.max_attempts, j.priority, j.payload_version,
-          j.unknown_failures, j.idempotency_key, j.ordering_key,
+          j.unknown_failures, j.idempotency_key, j.ordering_key, j.unique_key,
           -- Times as float8 seconds: the clock, then ages (see leases_from_rows).
           date_part('epoch', now()),
           CASE WHEN isfinite(j.created_at) THEN date_part('epoch', now() - j.created_at) END,
@@ -274,6 +438,22 @@ SET status = 'succeeded',
 WHERE {_owned_by_token}
 RETURNING j.id;
 
+-- name: complete_keyed_jobs
+-- complete_jobs for leases of jobs with a unique key (the plain statement stays as it is):
+-- the key becomes a window or is let go in the same statement (see _unique_release).
+WITH upd AS (
+  UPDATE {schema}.jobs AS j
+  SET status = 'succeeded',
+      finished_at = now(),
+      lease_owner = NULL,
+      lease_expires_at = NULL
+  WHERE {_owned_by_token}
+  RETURNING j.id, j.status, j.unique_key, j.unique_for, j.unique_states
+), fin AS (
+  SELECT * FROM upd WHERE unique_key IS NOT NULL
+), {_unique_release}
+SELECT id FROM upd;
+
 -- name: fail_jobs
 -- Fenced failure for a batch. Python decided each job's next state (retry after a delay,
 -- or dead); a pending cancel request overrides a retry, since nobody wants it run again.
@@ -309,6 +489,61 @@ SELECT id,
                    ELSE 'cancelled' END,
        'running', status, owner, lease_token, attempt_count, code, class,
        left(CASE status WHEN 'cancelled' THEN 'cancel requested' ELSE reason END
+            || coalesce(': ' || detail, ''), 4000)
+FROM upd
+RETURNING job_id, to_status::text;
+
+-- name: fail_keyed_jobs
+-- fail_jobs for leases of jobs with a unique key. Two differences: a job whose key moved
+-- to a follow-up (superseded) and would be retried ends cancelled with SUPERSEDED instead,
+-- and a job that ends releases its key or keeps it as a window (_unique_release), all in
+-- this one statement. Also used for rows the claim could not read (a rare path).
+WITH d0 AS (
+  SELECT *
+  FROM unnest(
+    %(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
+    %(to_statuses)s::text[], %(delays)s::float8[], %(codes)s::text[], %(details)s::text[],
+    %(classes)s::text[], %(reasons)s::text[]
+  ) AS d(id, owner, token, to_status, delay, code, detail, class, reason)
+), {_unique_superseded}, d AS (
+  SELECT d0.id, d0.owner, d0.token, d0.delay, d0.detail, d0.class,
+         CASE WHEN s.superseded AND d0.to_status = 'pending' THEN 'cancelled'
+              ELSE d0.to_status END AS to_status,
+         CASE WHEN s.superseded AND d0.to_status = 'pending' THEN '{code:SUPERSEDED}'
+              ELSE d0.code END AS code,
+         CASE WHEN s.superseded AND d0.to_status = 'pending'
+              THEN 'superseded: its unique key moved to job '
+                   || coalesce(s.holder::text, '(none)') || ', not retried'
+              ELSE d0.reason END AS reason
+  FROM d0 LEFT JOIN sup AS s ON s.id = d0.id
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET {_attempt_ended},
+      last_error_code = d.code,
+      last_error_detail = d.detail,
+      last_error_class = d.class,
+      unknown_failures = j.unknown_failures + (d.class = 'unknown')::int
+  FROM d
+  WHERE j.id = d.id
+    AND j.status = 'running'
+    AND j.lease_owner = d.owner
+    AND j.lease_token = d.token
+    AND j.lease_expires_at > now()
+  RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
+            d.class, d.reason, j.cancel_requested_at IS NOT NULL AS cancel_asked,
+            j.unique_key, j.unique_for, j.unique_states
+), fin AS (
+  SELECT * FROM upd WHERE unique_key IS NOT NULL AND status <> 'pending'
+), {_unique_release}
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
+   error_class, detail)
+SELECT id,
+       CASE status WHEN 'pending' THEN 'retry_scheduled' WHEN 'dead' THEN 'dead'
+                   ELSE 'cancelled' END,
+       'running', status, owner, lease_token, attempt_count, code, class,
+       left(CASE WHEN status = 'cancelled' AND cancel_asked THEN 'cancel requested'
+                 ELSE reason END
             || coalesce(': ' || detail, ''), 4000)
 FROM upd
 RETURNING job_id, to_status::text;
@@ -355,16 +590,29 @@ FOR UPDATE SKIP LOCKED;
 -- Second half of the sweep, same transaction: apply the per-job decisions made in Python
 -- by the retry policy (a cancel request turns a retry into cancelled, as in fail_jobs).
 -- Still fenced by token and "expired", so it only touches rows the first half locked.
-WITH d AS (
+-- Unique keys as in fail_keyed_jobs: a superseded job is not requeued (cancelled,
+-- SUPERSEDED), and a job that ends lets its key go or keeps it as a window.
+WITH d0 AS (
   SELECT *
   FROM unnest(
     %(ids)s::bigint[], %(tokens)s::bigint[], %(to_statuses)s::text[], %(delays)s::float8[],
     %(reasons)s::text[]
   ) AS d(id, token, to_status, delay, reason)
+), {_unique_superseded}, d AS (
+  SELECT d0.id, d0.token, d0.delay,
+         coalesce(s.superseded AND d0.to_status = 'pending', false) AS superseded,
+         CASE WHEN s.superseded AND d0.to_status = 'pending' THEN 'cancelled'
+              ELSE d0.to_status END AS to_status,
+         CASE WHEN s.superseded AND d0.to_status = 'pending'
+              THEN 'superseded: its unique key moved to job '
+                   || coalesce(s.holder::text, '(none)') || ', not retried'
+              ELSE d0.reason END AS reason
+  FROM d0 LEFT JOIN sup AS s ON s.id = d0.id
 ), upd AS (
   UPDATE {schema}.jobs AS j
   SET {_attempt_ended},
-      last_error_code = '{code:LEASE_EXPIRED}',
+      last_error_code = CASE WHEN d.superseded THEN '{code:SUPERSEDED}'
+                             ELSE '{code:LEASE_EXPIRED}' END,
       last_error_class = 'transient',
       last_error_detail = 'lease of ' || j.lease_owner || ' expired at ' || j.lease_expires_at
   FROM d
@@ -372,14 +620,19 @@ WITH d AS (
     AND j.status = 'running'
     AND j.lease_token = d.token
     AND j.lease_expires_at <= now()
-  RETURNING j.id, j.status, j.lease_token, j.attempt_count, j.last_error_detail, d.reason
-)
+  RETURNING j.id, j.status, j.lease_token, j.attempt_count, j.last_error_detail, d.reason,
+            d.superseded, j.cancel_requested_at IS NOT NULL AS cancel_asked,
+            j.unique_key, j.unique_for, j.unique_states
+), fin AS (
+  SELECT * FROM upd WHERE unique_key IS NOT NULL AND status <> 'pending'
+), {_unique_release}
 INSERT INTO {schema}.job_events
   (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
    error_class, detail)
 SELECT id, 'lease_expired', 'running', status, %(actor)s, lease_token, attempt_count,
-       '{code:LEASE_EXPIRED}', 'transient',
-       CASE status WHEN 'cancelled' THEN 'cancel requested' ELSE reason END
+       CASE WHEN superseded THEN '{code:SUPERSEDED}' ELSE '{code:LEASE_EXPIRED}' END,
+       'transient',
+       CASE WHEN status = 'cancelled' AND cancel_asked THEN 'cancel requested' ELSE reason END
          || ': ' || last_error_detail
 FROM upd
 RETURNING job_id, to_status::text;
@@ -397,8 +650,11 @@ WITH upd AS (
         ELSE cancel_requested_at
       END
   WHERE id = %(id)s AND status IN ('pending', 'running')
-  RETURNING id, status, lease_token, attempt_count
-)
+  RETURNING id, status, lease_token, attempt_count, unique_key, unique_for, unique_states
+), fin AS (
+  -- A pending job cancelled here lets its unique key go (or keeps it as a window).
+  SELECT * FROM upd WHERE status = 'cancelled' AND unique_key IS NOT NULL
+), {_unique_release}
 INSERT INTO {schema}.job_events
   (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
 SELECT id,
@@ -415,13 +671,41 @@ RETURNING job_id, to_status::text;
 -- Keyed jobs come back blocked; the caller (holding the keys' locks) then runs
 -- promote_keys, so a replayed job heads its key again only if it is the earliest pending
 -- one and nothing is running.
+-- A job with a unique key must re-take it in this statement (free, an expired window, or
+-- its own window); when another job holds it, the replay of that job is refused: it stays
+-- as it was and a replay_refused event names the holder. Of several jobs of one key in a
+-- batch, the first takes it and the others are refused.
+-- Rows: (job id, notify, refused, holder, unique key).
 WITH prev AS (
-  SELECT id, status, attempt_count, ordering_key
+  SELECT id, status, attempt_count, ordering_key, unique_key, lease_token
   FROM {schema}.jobs
   WHERE {_job_filter} AND id = ANY(%(ids)s::bigint[])
   ORDER BY id
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
+), took AS (
+  INSERT INTO {schema}.unique_keys AS k (unique_key, job_id, held_until)
+  SELECT DISTINCT ON (unique_key) unique_key, id, NULL::timestamptz
+  FROM prev
+  WHERE unique_key IS NOT NULL
+  ORDER BY unique_key, id
+  ON CONFLICT (unique_key) DO UPDATE
+  SET job_id = excluded.job_id, held_until = NULL
+  WHERE k.job_id = excluded.job_id OR k.held_until <= now()
+  RETURNING k.job_id
+), refused AS (
+  SELECT p.id, p.status, p.attempt_count, p.lease_token, p.unique_key,
+         (SELECT k.job_id FROM {schema}.unique_keys AS k
+           WHERE k.unique_key = p.unique_key AND k.job_id <> p.id) AS holder
+  FROM prev AS p
+  WHERE p.unique_key IS NOT NULL AND p.id NOT IN (SELECT job_id FROM took)
+), refusal AS (
+  INSERT INTO {schema}.job_events
+    (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
+  SELECT id, 'replay_refused', status, status, %(actor)s, lease_token, attempt_count,
+         left('unique key ' || unique_key || ' is held by '
+              || coalesce('job ' || holder, 'another job') || ': ' || %(reason)s, 4000)
+  FROM refused
 ), upd AS (
   UPDATE {schema}.jobs AS j
   SET status = 'pending',
@@ -434,7 +718,7 @@ WITH prev AS (
       -- promote_keys, run next in the same transaction, decides who heads the key.
       blocked = j.ordering_key IS NOT NULL
   FROM prev
-  WHERE j.id = prev.id
+  WHERE j.id = prev.id AND (prev.unique_key IS NULL OR prev.id IN (SELECT job_id FROM took))
   RETURNING j.id, prev.status AS from_status, prev.attempt_count, j.lease_token,
             j.queue_name
 ), ev AS (
@@ -445,14 +729,18 @@ WITH prev AS (
   FROM upd
   RETURNING job_id
 )
-SELECT ev.job_id, pg_notify(%(channel)s, upd.queue_name)::text
-FROM ev JOIN upd ON upd.id = ev.job_id;
+SELECT ev.job_id, pg_notify(%(channel)s, upd.queue_name)::text, false, NULL::bigint,
+       NULL::text
+FROM ev JOIN upd ON upd.id = ev.job_id
+UNION ALL
+SELECT id, NULL, true, holder, unique_key FROM refused;
 
 -- name: replay_candidates
 -- The next batch a replay would take, with their keys, so the keys can be locked first.
+-- Jobs whose replay was refused earlier in this run are passed in %(skip)s.
 SELECT id, ordering_key
 FROM {schema}.jobs
-WHERE {_job_filter}
+WHERE {_job_filter} AND NOT (id = ANY(%(skip)s::bigint[]))
 ORDER BY id
 LIMIT %(limit)s;
 
@@ -502,6 +790,27 @@ WITH doomed AS (
 DELETE FROM {schema}.jobs AS j USING doomed WHERE j.id = doomed.id
 RETURNING j.id;
 
+
+-- name: delete_expired_windows
+-- The sweep's upkeep of unique_keys: windows that have ended, a bounded batch at a time
+-- (an enqueue takes an expired window over anyway; this only keeps the table small).
+DELETE FROM {schema}.unique_keys
+WHERE unique_key = ANY(ARRAY(
+  SELECT unique_key FROM {schema}.unique_keys
+  WHERE held_until <= now()
+  ORDER BY held_until
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+))
+  AND held_until <= now()
+RETURNING unique_key;
+
+-- name: unique_key_of_job
+-- jobs show: a job's unique key and who holds it now (NULLs when the job has none).
+SELECT j.unique_key, k.job_id, k.held_until
+FROM {schema}.jobs AS j
+LEFT JOIN {schema}.unique_keys AS k ON k.unique_key = j.unique_key
+WHERE j.id = %(id)s;
 
 -- name: lock_keys
 -- Serialises everything that can change who is the head of these ordering keys (enqueue,
@@ -666,7 +975,7 @@ SELECT id, queue_name, task, payload::text, status::text, priority, available_at
        max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
        last_error_detail, created_at, started_at, heartbeat_at, finished_at,
        cancel_requested_at, payload_version, last_error_class, unknown_failures,
-       idempotency_key
+       idempotency_key, unique_key
 FROM {schema}.jobs
 WHERE id = %(id)s;
 
@@ -676,7 +985,7 @@ SELECT id, queue_name, task, payload::text, status::text, priority, available_at
        max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
        last_error_detail, created_at, started_at, heartbeat_at, finished_at,
        cancel_requested_at, payload_version, last_error_class, unknown_failures,
-       idempotency_key
+       idempotency_key, unique_key
 FROM {schema}.jobs
 WHERE {_job_filter}
 ORDER BY id DESC

@@ -24,7 +24,7 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (4, 'queue_stats'),
   (5, 'ordering'),
   (6, 'key_heads'),
-  (7, 'reserved'),
+  (7, 'unique'),
   (8, 'pauses');
 
 CREATE TYPE {schema}.job_status AS ENUM (
@@ -70,6 +70,12 @@ CREATE TABLE {schema}.jobs (
   key_skipped boolean NOT NULL DEFAULT false,
   -- The priority given at enqueue; `priority` may grow with aging.
   base_priority integer NOT NULL DEFAULT 0,
+  -- Unique jobs: the key, how long it stays held after the job finishes (seconds), and in
+  -- which final states; debounce_until caps how far a debounce may push available_at.
+  unique_key text,
+  unique_for float8,
+  unique_states text[],
+  debounce_until timestamptz,
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
   CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
   -- A running job always has an owner and an expiry; no other state keeps either, so a
@@ -84,7 +90,8 @@ CREATE TABLE {schema}.jobs (
   CONSTRAINT jobs_idempotency_key_bounded CHECK (length(idempotency_key) <= 200),
   CONSTRAINT jobs_ordering_key_bounded CHECK (length(ordering_key) <= 200),
   CONSTRAINT jobs_key_policy_known CHECK (key_policy IN ('block', 'skip')),
-  CONSTRAINT jobs_only_keyed_jobs_block CHECK (NOT blocked OR ordering_key IS NOT NULL)
+  CONSTRAINT jobs_only_keyed_jobs_block CHECK (NOT blocked OR ordering_key IS NOT NULL),
+  CONSTRAINT jobs_unique_key_bounded CHECK (length(unique_key) <= 200)
 );
 
 -- The claim reads this index in order and stops at LIMIT; only claimable pending rows live
@@ -112,6 +119,20 @@ CREATE INDEX jobs_ordering_idx
 CREATE INDEX jobs_key_heads_idx
   ON {schema}.jobs (ordering_key)
   WHERE ordering_key IS NOT NULL AND status = 'pending' AND NOT blocked;
+
+-- Who holds each unique key: held_until NULL = a live job (pending or running) holds it; a
+-- time = the window after that job finished, which ends then. Pruning or purging jobs never
+-- touches this table, so a window cannot shrink.
+CREATE TABLE {schema}.unique_keys (
+  unique_key text PRIMARY KEY,
+  job_id bigint NOT NULL,
+  held_until timestamptz
+);
+
+-- Expired windows are found (and deleted by the sweep) without scanning live keys.
+CREATE INDEX unique_keys_held_until_idx
+  ON {schema}.unique_keys (held_until)
+  WHERE held_until IS NOT NULL;
 
 -- Every transition other than claim and succeed leaves a row here, written by the same
 -- statement that makes the transition, so the trail can never disagree with the job. No
@@ -206,6 +227,14 @@ SELECT queue_name,
 FROM pending
 FULL JOIN running USING (queue_name)
 FULL JOIN dead USING (queue_name);
+
+-- Who holds each unique key, with the holder's state (NULL once the job was pruned): for
+-- psql users. live = a pending or running job holds it; otherwise a window until held_until.
+CREATE VIEW {schema}.unique_key_holders AS
+SELECT k.unique_key, k.job_id, k.held_until IS NULL AS live, k.held_until,
+       j.status AS job_status, j.queue_name, j.task
+FROM {schema}.unique_keys AS k
+LEFT JOIN {schema}.jobs AS j ON j.id = k.job_id;
 
 -- A pause row stops claims of its scope (a queue, a task, or an ordering key) from the
 -- moment it commits: claim_jobs reads this table in the claim statement itself, so no

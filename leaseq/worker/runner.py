@@ -27,7 +27,7 @@ from leaseq.app import App
 from leaseq.client_async import AsyncClient
 from leaseq.codes import ErrorCode
 from leaseq.dsn import describe_dsn
-from leaseq.metrics import WorkerMetrics
+from leaseq.metrics import UniqueConflictCollector, WorkerMetrics
 from leaseq.observe import ObservabilityServer
 from leaseq.worker.completer import Completer
 from leaseq.worker.config import WorkerConfig
@@ -71,6 +71,7 @@ class Worker:
         self.stats = WorkerStats()
         self.outage = Outage(heal=self.client.check_connections)
         self.metrics = WorkerMetrics()
+        self.metrics.registry.register(UniqueConflictCollector(app.unique_conflicts))
         self.metrics_port: int | None = None
         self._events = WorkerEvents(self.stats, self.metrics)
         self._inflight = InFlight(self._events)

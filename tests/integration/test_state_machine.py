@@ -48,12 +48,17 @@ TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
 FAIL_MODES = ("transient", "permanent", "unknown")
 ACTIONS = ("complete", *(f"fail:{m}" for m in FAIL_MODES), "heartbeat", "release")
 
-# What enqueue may ask for: most jobs unkeyed, some sharing one of two ordering keys.
+# What enqueue may ask for: most jobs unkeyed, some sharing one of two ordering keys, and
+# some with one of two unique keys (a window after success, or none; skip, replace or raise).
 job_specs = st.tuples(
     st.integers(1, 4),  # max_attempts
     st.sampled_from([None, None, "k1", "k2"]),  # ordering_key
     st.sampled_from(["block", "skip"]),  # key_policy
+    st.sampled_from([None, None, "u1", "u2"]),  # unique_key
+    st.booleans(),  # unique_for: a window after success
+    st.sampled_from(["skip", "replace", "raise"]),  # on_conflict
 )
+JobSpecT = tuple[int, str | None, str, str | None, bool, str]
 
 # (event, from_status, to_status, lease_token, attempt) as stored in job_events.
 Event = tuple[str, str | None, str | None, int | None, int | None]
@@ -102,6 +107,8 @@ class JobModel:
     last_error_code: str | None = None
     last_error_class: str | None = None
     events: list[Event] = field(default_factory=list)
+    unique_key: str | None = None
+    window: bool = False  # unique_for given: the key stays held after success
 
     @property
     def live(self) -> bool:
@@ -115,8 +122,9 @@ class JobModel:
         )
 
 
-def _failure_outcome(job: JobModel, mode: str) -> str:
-    """Where a failed attempt (an expired lease counts as transient) leads, as leaseq decides."""
+def _failure_outcome(job: JobModel, mode: str, cancel: bool = True) -> str:
+    """Where a failed attempt (an expired lease counts as transient) leads, as leaseq decides
+    (``cancel``: counting a pending cancel request)."""
     if (
         mode == "permanent"
         or job.attempts >= job.max_attempts
@@ -126,7 +134,7 @@ def _failure_outcome(job: JobModel, mode: str) -> str:
     else:
         to = "pending"
     # A pending cancel request turns any failure into cancelled (README, "States").
-    return "cancelled" if job.cancel_requested else to
+    return "cancelled" if job.cancel_requested and cancel else to
 
 
 def _key(lease: leaseq.Lease) -> str:
@@ -156,6 +164,8 @@ class LeaseqMachine(RuleBasedStateMachine):
         self.seen_tokens: dict[int, int] = {}
         self.clock = 0  # logical time: one tick per claim or replay
         self.paused: set[tuple[str, str]] = set()
+        #: Who holds each unique key: (job id, only a window after it succeeded).
+        self.holders: dict[str, tuple[int, bool]] = {}
 
     def teardown(self) -> None:
         self.client.close()
@@ -197,37 +207,113 @@ class LeaseqMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self._unfinished() < MAX_UNFINISHED)
     @rule(target=jobs, specs=st.lists(job_specs, min_size=1, max_size=3))
-    def enqueue(self, specs: list[tuple[int, str | None, str]]) -> Any:
-        """One job with enqueue(), several with enqueue_many()."""
-        if len(specs) == 1:
-            ((max_attempts, key, policy),) = specs
-            ids = [
-                self.client.enqueue(
-                    KEYED_TASK if key else UNKEYED_TASK,
-                    {"n": 0},
-                    max_attempts=max_attempts,
-                    ordering_key=key,
-                    key_policy=policy,
-                )
-            ]
-        else:
-            ids = self.client.enqueue_many(
-                [
-                    dict(
-                        task=KEYED_TASK if k else UNKEYED_TASK,
-                        payload=i,
-                        max_attempts=m,
-                        ordering_key=k,
-                        key_policy=p,
-                    )
-                    for i, (m, k, p) in enumerate(specs)
-                ]
+    def enqueue(self, specs: list[JobSpecT]) -> Any:
+        """One job with enqueue(), several with enqueue_many(); a unique key already held
+        resolves as its on_conflict says (one by one, in input order, for a batch)."""
+        raising = [s for s in specs if s[3] is not None and s[5] == "raise"]
+        if raising and len(specs) > 1:
+            specs = [s for s in specs if s not in raising] or specs[:1]
+        items = [
+            dict(
+                task=KEYED_TASK if k else UNKEYED_TASK,
+                payload=i,
+                max_attempts=m,
+                ordering_key=k,
+                key_policy=p,
+                unique_key=u,
+                unique_for=3600 if (u and w) else None,
+                on_conflict=c if u else None,
             )
-        assert len(ids) == len(specs) == len(set(ids)) and ids == sorted(ids)
-        for job_id, (max_attempts, key, policy) in zip(ids, specs, strict=True):
-            assert job_id not in self.model and job_id not in self.seen_tokens
-            self.model[job_id] = JobModel(max_attempts=max_attempts, key=key, key_policy=policy)
-        return multiple(*ids)
+            for i, (m, k, p, u, w, c) in enumerate(specs)
+        ]
+        if len(specs) == 1:
+            if self._expect_enqueue(specs[0]) == "raise":
+                before = self._snapshot()
+                with pytest.raises(leaseq.UniqueConflict):
+                    self.client.enqueue(**items[0])
+                assert self._snapshot() == before, "a refused enqueue changed the database"
+                return multiple()
+            ids = [self.client.enqueue(**items[0])]
+        else:
+            ids = self.client.enqueue_many(items)
+        assert len(ids) == len(specs)
+        new = []
+        for result, spec in zip(ids, specs, strict=True):
+            # One by one: a later item of a batch meets the holders the earlier ones left.
+            new += self._apply_enqueue(result, spec, self._expect_enqueue(spec))
+        assert new == sorted(new) and len(new) == len(set(new))
+        return multiple(*new)
+
+    @precondition(lambda self: bool(self.holders) and self._unfinished() < MAX_UNFINISHED)
+    @rule(
+        target=jobs,
+        data=st.data(),
+        on_conflict=st.sampled_from(["skip", "replace", "raise"]),
+        batch=st.booleans(),
+    )
+    def enqueue_onto_a_held_key(self, data: st.DataObject, on_conflict: str, batch: bool) -> Any:
+        """A unique key some job holds (live or its window) is enqueued again: the conflicts
+        random keys would reach only rarely (a follow-up needs a running holder)."""
+        key = data.draw(st.sampled_from(sorted(self.holders)), label="unique_key")
+        spec: JobSpecT = (2, None, "block", key, False, on_conflict)
+        if batch and on_conflict != "raise":
+            return self.enqueue([spec, (2, None, "block", None, False, "skip"), spec])
+        return self.enqueue([spec])
+
+    def _expect_enqueue(self, spec: JobSpecT) -> str:
+        """What an enqueue of ``spec`` will do (insert, skip, replace, follow_up, raise),
+        given the holders the model knows; the model is updated by _apply_enqueue."""
+        key, on_conflict = spec[3], spec[5]
+        if key is None or key not in self.holders:
+            return "insert"
+        holder, window = self.holders[key]
+        if on_conflict == "raise":
+            return "raise"
+        if on_conflict == "skip" or window:
+            return "skip"
+        return "replace" if self.model[holder].status == "pending" else "follow_up"
+
+    def _apply_enqueue(self, result: Any, spec: JobSpecT, outcome: str) -> list[int]:
+        max_attempts, key, policy, ukey, window, _ = spec
+        if outcome in ("skip", "replace"):
+            # A later item of the same batch may meet a holder an earlier item created.
+            holder, _ = self.holders[ukey]  # type: ignore[index]
+            assert int(result) == holder and not result.inserted, (outcome, result)
+            assert result.replaced == (outcome == "replace")
+            if outcome == "replace":
+                job = self.model[holder]
+                job.events.append(
+                    ("unique_replaced", "pending", "pending", job.token, job.attempts)
+                )
+            return []
+        job_id = int(result)
+        assert result.inserted and job_id not in self.model and job_id not in self.seen_tokens
+        self.model[job_id] = JobModel(
+            max_attempts=max_attempts, key=key, key_policy=policy, unique_key=ukey, window=window
+        )
+        if outcome == "follow_up":
+            assert result.outcome == "follow_up"
+            holder = self.model[self.holders[ukey][0]]  # type: ignore[index]
+            holder.events.append(
+                ("superseded", "running", "running", holder.token, holder.attempts)
+            )
+        if ukey is not None:
+            self.holders[ukey] = (job_id, False)
+        return [job_id]
+
+    def _superseded(self, job_id: int) -> bool:
+        job = self.model[job_id]
+        return job.unique_key is not None and self.holders.get(job.unique_key) != (job_id, False)
+
+    def _finish_key(self, job_id: int, status: str) -> None:
+        """A job ended: its key becomes a window (success with unique_for) or is let go."""
+        job = self.model[job_id]
+        if job.unique_key is None or self.holders.get(job.unique_key) != (job_id, False):
+            return
+        if status == "succeeded" and job.window:
+            self.holders[job.unique_key] = (job_id, True)
+        else:
+            del self.holders[job.unique_key]
 
     # -- claim -------------------------------------------------------------------------------
 
@@ -258,6 +344,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             assert lease.max_attempts == job.max_attempts
             assert lease.unknown_failures == job.unknown_failures
             assert lease.ordering_key == job.key
+            assert lease.unique_key == job.unique_key
             if job.key is not None:
                 self._check_key_order(lease.job_id, job)
             job.status, job.token, job.owner = "running", lease.token, worker
@@ -316,17 +403,22 @@ class LeaseqMachine(RuleBasedStateMachine):
             assert job.completions == 0, "a job succeeded twice"
             job.completions += 1
             job.status, job.owner = "succeeded", None
+            self._finish_key(lease.job_id, "succeeded")
         elif action == "release":
             job.attempts -= 1
             job.events.append(("released", "running", "pending", job.token, job.attempts))
             job.status, job.owner = "pending", None
         elif mode:
-            to = _failure_outcome(job, mode)
+            to, code = _failure_outcome(job, mode), f"E_{mode.upper()}"
+            if self._superseded(lease.job_id) and _failure_outcome(job, mode, False) == "pending":
+                to, code = "cancelled", "SUPERSEDED"  # its key moved on: not retried
             event = {"pending": "retry_scheduled", "dead": "dead", "cancelled": "cancelled"}[to]
             job.events.append((event, "running", to, job.token, job.attempts))
             job.status, job.owner = to, None
             job.unknown_failures += mode == "unknown"
-            job.last_error_code, job.last_error_class = f"E_{mode.upper()}", mode
+            job.last_error_code, job.last_error_class = code, mode
+            if to != "pending":
+                self._finish_key(lease.job_id, to)
 
     @rule(lease=leases, action=st.sampled_from(ACTIONS))
     def act_with_any_lease(self, lease: leaseq.Lease, action: str) -> None:
@@ -363,12 +455,22 @@ class LeaseqMachine(RuleBasedStateMachine):
     def sweep(self) -> None:
         expired = self._ids(lambda j: j.status == "running" and j.expired)
         outcomes = {i: _failure_outcome(self.model[i], "transient") for i in expired}
+        superseded = {
+            i
+            for i in expired
+            if self._superseded(i)
+            and _failure_outcome(self.model[i], "transient", False) == "pending"
+        }
+        outcomes.update({i: "cancelled" for i in superseded})
         result = self.client.sweep()
         for job_id, to in outcomes.items():
             job = self.model[job_id]
             job.events.append(("lease_expired", "running", to, job.token, job.attempts))
             job.status, job.owner, job.expired = to, None, False
-            job.last_error_code, job.last_error_class = "LEASE_EXPIRED", "transient"
+            code = "SUPERSEDED" if job_id in superseded else "LEASE_EXPIRED"
+            job.last_error_code, job.last_error_class = code, "transient"
+            if to != "pending":
+                self._finish_key(job_id, to)
         tos = list(outcomes.values())
         # What the sweep reports must match what it did (one lease_expired event each).
         assert (result.requeued, result.dead, result.cancelled, result.total) == (
@@ -396,6 +498,7 @@ class LeaseqMachine(RuleBasedStateMachine):
         if job.status == "pending":
             job.events.append(("cancelled", "pending", "cancelled", job.token, job.attempts))
             job.status = "cancelled"
+            self._finish_key(job_id, "cancelled")
         else:
             job.events.append(("cancel_requested", "running", "running", job.token, job.attempts))
             job.cancel_requested = True
@@ -412,7 +515,16 @@ class LeaseqMachine(RuleBasedStateMachine):
         if job is None or job.status not in allowed:
             self._refused(call, f"replay({job_id}, allow_cancelled={allow_cancelled})")
             return
+        if job.unique_key is not None and job.unique_key in self.holders:
+            # Another job holds the key (live or its window): refused, audited, unchanged.
+            holder = self.holders[job.unique_key][0]
+            with pytest.raises(leaseq.ReplayRefused, match=f"held by job {holder}"):
+                call()
+            job.events.append(("replay_refused", job.status, job.status, job.token, job.attempts))
+            return
         assert call() is True
+        if job.unique_key is not None:
+            self.holders[job.unique_key] = (job_id, False)
         job.events.append(("replayed", job.status, "pending", job.token, job.attempts))
         job.status, job.attempts, job.unknown_failures = "pending", 0, 0
         job.cancel_requested, job.replayed, job.key_skipped = False, True, False
@@ -584,6 +696,28 @@ class LeaseqMachine(RuleBasedStateMachine):
             assert finished == (status in TERMINAL), f"{where}: {status} finished={finished}"
             assert (error_code, error_class) == (job.last_error_code, job.last_error_class), where
             assert (key, key_skipped) == (job.key, job.key_skipped), where
+
+    @invariant()
+    def unique_keys_hold(self) -> None:
+        """Who holds each unique key is what the model says; at most one live job holds a
+        key, and every live keyed job that is not superseded holds its own key."""
+        held = {
+            key: (job_id, window)
+            for key, job_id, window in self._query(
+                "SELECT unique_key, job_id, held_until IS NOT NULL FROM {s}.unique_keys"
+            )
+        }
+        assert held == self.holders, f"unique_keys {held}, expected {self.holders}"
+        live = self._query(
+            "SELECT unique_key, id FROM {s}.jobs "
+            "WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')"
+        )
+        for key, job_id in live:
+            holds = held.get(key) == (job_id, False)
+            assert holds or self._superseded(job_id), f"live job {job_id} lost key {key}"
+        for key, (job_id, window) in held.items():
+            if not window:
+                assert self.model[job_id].status in ("pending", "running"), (key, job_id)
 
     @invariant()
     def audit_trail_matches_model(self) -> None:

@@ -40,6 +40,7 @@ def _claim_row(job_id: int, **changes: Any) -> tuple[Any, ...]:
         "unknown_failures": 0,
         "idempotency_key": None,
         "ordering_key": None,
+        "unique_key": None,
         "clock": CLOCK,
         "created_age": 2.0,
         "available_age": 1.0,

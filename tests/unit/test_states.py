@@ -150,4 +150,4 @@ def test_transition_table(event: str, src: str | None, dst: str | None, ok: bool
 def test_terminal_states_are_left_only_by_operator_actions() -> None:
     for move in TRANSITIONS:
         if move.from_status is not None and move.from_status.terminal:
-            assert move.event in {"replayed", "key_skipped", "purged"}, move
+            assert move.event in {"replayed", "replay_refused", "key_skipped", "purged"}, move
