@@ -33,6 +33,7 @@ from leaseq.models import (
     SweepResult,
 )
 from leaseq.retry import RetryPolicy
+from leaseq.schedules import Schedule, ScheduleTick
 from leaseq.states import JobStatus
 from leaseq.worker import (
     EffectDecision,
@@ -81,6 +82,8 @@ __all__ = [
     "QueueStats",
     "Retry",
     "RetryPolicy",
+    "Schedule",
+    "ScheduleTick",
     "SchemaError",
     "SweepResult",
     "Task",

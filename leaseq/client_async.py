@@ -1,7 +1,7 @@
 """AsyncClient: enqueue, claim and every fenced transition, over a psycopg connection pool.
 
 The client is its groups of operations combined (``leaseq.ops``: enqueue, the lease
-protocol, failures and the sweep, inspection, operator actions) over one base that owns
+protocol, failures and the sweep, inspection, operator actions, schedules) over one base that owns
 the pool. ``leaseq/client.py`` (the sync ``Client``) is generated from this file, and each
 ``leaseq/ops/*_async.py`` to its sync twin, by ``tools/gen_sync.py``; a test fails when
 they disagree.
@@ -14,12 +14,20 @@ from leaseq.ops.enqueue_async import AsyncEnqueueOps
 from leaseq.ops.failure_async import AsyncFailureOps
 from leaseq.ops.inspect_async import AsyncInspectOps
 from leaseq.ops.lease_async import AsyncLeaseOps
+from leaseq.ops.schedules_async import AsyncScheduleOps
 from leaseq.params import COPY_THRESHOLD, notify_channel
 
 __all__ = ["COPY_THRESHOLD", "AsyncClient", "notify_channel"]
 
 
-class AsyncClient(AsyncEnqueueOps, AsyncLeaseOps, AsyncFailureOps, AsyncInspectOps, AsyncAdminOps):
+class AsyncClient(
+    AsyncEnqueueOps,
+    AsyncLeaseOps,
+    AsyncFailureOps,
+    AsyncInspectOps,
+    AsyncAdminOps,
+    AsyncScheduleOps,
+):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 
     ``dsn`` falls back to ``LEASEQ_DSN`` and then to the embedded PostgreSQL.
