@@ -349,3 +349,52 @@ def test_metrics_show_schedule_lag(dsn: str, schema: str, client: leaseq.Client)
     assert client.database_health()["schedule_lag"] == 0.0
     stop_tickers_for(dsn, schema, "s", 3, 60)
     assert client.database_health()["schedule_lag"] >= 120.0
+
+
+@pytest.mark.slow
+def test_overlap_skip_with_a_job_that_runs_for_three_ticks(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """A code schedule (stored by the worker at start) ticking every second whose job takes
+    three: never two at once, and the ticks in between are recorded as skipped."""
+    app = leaseq.App(dsn, schema=schema)
+    lock = threading.Lock()
+    active = 0
+    peak = 0
+    runs: list[dt.datetime] = []
+
+    @app.task(name="long")
+    def long(ctx: leaseq.JobContext, payload: Any) -> None:
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        assert ctx.schedule is not None
+        time.sleep(3.0)
+        with lock:
+            active -= 1
+            runs.append(ctx.schedule.scheduled_for)
+
+    app.schedule("long", task=long, every=1, overlap="skip", catch_up="none")
+    worker = leaseq.Worker(app, leaseq.WorkerConfig(poll_interval=0.05, concurrency=4))
+    thread = threading.Thread(target=lambda: asyncio.run(worker.run()))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(runs) < 2:
+            assert time.monotonic() < deadline, "two runs did not finish in time"
+            time.sleep(0.1)
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert peak == 1
+    skipped = rows(
+        dsn,
+        "SELECT tick_at FROM {s}.schedule_ticks WHERE skipped = 'overlap' AND tick_at > %s"
+        " AND tick_at < %s",
+        schema,
+        runs[0],
+        runs[1],
+    )
+    assert len(skipped) >= 2  # the ticks while the first job ran
+    assert client.schedules("long")[0].source == "code"
