@@ -39,8 +39,9 @@ CATCH_UP_MAX_LIMIT = 10_000
 ON_TIME = 60.0
 #: Longest interval ``every`` accepts (a year); longer periods are cron expressions.
 EVERY_MAX = 366 * 86400.0
-#: Ticks counted one by one before a long outage's count is given as "at least".
-_COUNT_LIMIT = 100_000
+#: Ticks enumerated one by one at most (the computation runs on the worker's event loop):
+#: a longer outage's skipped count is then a lower bound.
+_COUNT_LIMIT = 20_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 

@@ -283,4 +283,6 @@ class TickRound:
     skipped_catch_up: int = 0
     skipped_overlap: int = 0
     schedules: int = 0
+    #: Schedules disabled because their ticks could not be computed (audited).
+    parked: int = 0
     next_in: float | None = None

@@ -56,7 +56,15 @@ class ScheduleOps(ClientBase):
     def _run_ticks(self, conn: Connection[Any], schedule: Schedule, result: TickRound) -> None:
         """Under the schedule's row lock: its due ticks, by its policies, then advance it."""
         d = schedule.definition
-        due = schedule.due()
+        try:
+            due = schedule.due()
+        except Exception as exc:
+            # Never let one schedule stall every ticker (it would stay the earliest due).
+            detail = f"cannot compute its ticks: {type(exc).__name__}: {exc}"
+            self._rows("park_schedule", {"name": d.name, "actor": "ticker"}, conn)
+            self._audit(conn, "ticker", "schedule.disable", d.name, "false", detail)
+            result.parked += 1
+            return
         last_job = schedule.last_job_id
         unfinished = schedule.last_job_status in UNFINISHED
         key = ORDERING_PREFIX + d.name if d.overlap == "queue" else None

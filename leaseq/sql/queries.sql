@@ -778,6 +778,13 @@ SET last_tick = coalesce(%(last_tick)s, last_tick),
     skipped_ticks = skipped_ticks + %(skipped)s
 WHERE name = %(name)s;
 
+-- name: park_schedule
+-- A stored schedule whose ticks this code cannot compute (say, written by another version):
+-- disabled, so it cannot stall the tickers; the caller audits why.
+UPDATE {schema}.schedules
+SET enabled = false, updated_by = %(actor)s, updated_at = now()
+WHERE name = %(name)s;
+
 -- name: next_tick_in
 -- Seconds until the earliest enabled schedule is due (negative: overdue); NULL: none.
 SELECT extract(epoch FROM min(next_tick) - now())::float8

@@ -197,6 +197,12 @@ class Ticker(PeriodicService):
         async with asyncio.timeout(self.timeout):
             result = await self.client.tick_schedules(limit=TICKER_BATCH)
         self.events.ticked(result)
+        if result.parked:
+            log.error(
+                "schedules: disabled %d schedule(s) whose ticks cannot be computed; "
+                "see `leaseq schedules list` and the admin_events table",
+                result.parked,
+            )
         if result.skipped_catch_up:
             log.info(
                 "schedules: %d missed tick(s) left out by their catch-up policy",

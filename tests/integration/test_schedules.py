@@ -398,3 +398,25 @@ def test_overlap_skip_with_a_job_that_runs_for_three_ticks(
     )
     assert len(skipped) >= 2  # the ticks while the first job ran
     assert client.schedules("long")[0].source == "code"
+
+
+def test_schedule_whose_ticks_cannot_be_computed_is_parked_not_stalling_the_others(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """A stored timing this code cannot read (written by hand, or by another version) would
+    stay the earliest due schedule for ever: it is disabled and audited instead."""
+    client.schedule_add("broken", task="t", every=60)
+    client.schedule_add("fine", task="t", every=1)
+    run_sql(
+        dsn,
+        "UPDATE {s}.schedules SET cron = '0 0 31 2 *', every_seconds = NULL,"
+        " next_tick = now() - interval '1 hour' WHERE name = 'broken'",
+        schema,
+    )
+    stop_tickers_for(dsn, schema, "fine", 1, 1)
+    result = client.tick_schedules()
+    assert result.parked == 1 and result.enqueued == 1
+    assert not client.schedules("broken")[0].enabled
+    assert len(jobs_of(dsn, schema, "fine")) == 1
+    (event,) = client.admin_events(scope="schedule:broken", limit=1)
+    assert event[3] == "schedule.disable" and "cannot compute" in event[6]
