@@ -191,6 +191,11 @@ class Ticker(PeriodicService):
             except TRANSIENT as exc:
                 await self.outage.failed(self.name, exc)
                 self._wait = TICKER_MAX_WAIT
+            except Exception:
+                # Logged and retried: a ticker that died quietly would stop every schedule
+                # once all workers' tickers had met the same row.
+                log.exception("schedule ticker round failed; retrying")
+                self._wait = TICKER_MAX_WAIT * 5
             await asyncio.sleep(self._wait)
 
     async def tick(self) -> None:
