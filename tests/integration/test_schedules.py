@@ -342,6 +342,11 @@ def test_running_worker_picks_up_added_changed_and_disabled_schedules(
         thread.join(30)
     ticks = [s for s in seen if s is not None]
     assert ticks and all(s.name == "live" and not s.catch_up for s in ticks)
+    assert worker.stats.ticks_enqueued == count()
+    exposed = worker.metrics.registry.get_sample_value(
+        "leaseq_schedule_ticks_total", {"outcome": "enqueued"}
+    )
+    assert exposed == worker.stats.ticks_enqueued
 
 
 def test_metrics_show_schedule_lag(dsn: str, schema: str, client: leaseq.Client) -> None:
