@@ -7,7 +7,7 @@
   threads; never started under a lease that already ended.
 - leases.py: the lease keeper (fenced renewal, local deadlines, max_runtime, NO_PROGRESS).
 - completer.py: batched fenced completions and failures.
-- maintenance.py: sweeper, priority aging and pruner, as periodic services.
+- maintenance.py: sweeper, priority aging, pruner and schedule ticker, as periodic services.
 - inflight.py: the running-jobs table and the one event hook behind stats and metrics.
 
 This module owns the lifecycle: start-up, signals (first: stop claiming and wait up to
