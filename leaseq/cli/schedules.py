@@ -1,6 +1,7 @@
-"""``leaseq schedules``: list periodic schedules, run one now, enable or disable one, add,
-change and remove dynamic ones. Every change is audited (``--actor``, ``--reason``); every
-command takes ``--json``. A thin layer over the client's schedule operations."""
+"""``leaseq schedules``: list periodic schedules and their recent ticks, run one now, enable
+or disable one, add, change and remove dynamic ones. Every change is audited (``--actor``,
+``--reason``); every command takes ``--json``. A thin layer over the client's schedule
+operations."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from leaseq.schedules import Schedule
 
 @click.group()
 def schedules() -> None:
-    """Periodic schedules: list, run, enable, disable, add, change, remove."""
+    """Periodic schedules: list, ticks, run, enable, disable, add, change, remove."""
 
 
 def _when(value: dt.datetime | None, now: dt.datetime) -> str:
@@ -64,6 +65,43 @@ def schedules_list(settings: Settings, as_json: bool) -> None:
     ]
     headers = ("name", "task", "timing", "enabled", "next", "last", "catch-up/overlap")
     click.echo(table((*headers, "last job", "source"), rows))
+
+
+@schedules.command("ticks")
+@click.argument("name")
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_settings
+def schedules_ticks(settings: Settings, name: str, limit: int, as_json: bool) -> None:
+    """The most recent ticks of schedule NAME: their job, or why they were skipped."""
+    client = settings.client
+    if not client.schedules(name):
+        raise Failed(f"no schedule named {name!r}")
+    found = client.schedule_ticks(name, limit=limit)
+    if as_json:
+        emit_json(
+            [
+                {
+                    "tick_at": t.tick_at.isoformat(),
+                    "job_id": t.job_id,
+                    "catch_up": t.catch_up,
+                    "manual": t.manual,
+                    "skipped": t.skipped,
+                }
+                for t in found
+            ]
+        )
+        return
+    rows = [
+        (
+            t.tick_at.astimezone(dt.UTC).isoformat(),
+            "-" if t.job_id is None else t.job_id,
+            "manual" if t.manual else "catch-up" if t.catch_up else "on time",
+            t.skipped or "",
+        )
+        for t in found
+    ]
+    click.echo(table(("tick (UTC)", "job", "run", "skipped"), rows) if rows else "no ticks yet")
 
 
 @schedules.command("run")

@@ -96,6 +96,9 @@ def test_schedules_cli_add_list_run_disable_remove_with_json_and_one_line_errors
     listed = json.loads(run("list", "--json").stdout)
     assert listed[0]["last_job_id"] == ran["job_id"]
     assert listed[0]["last_job_status"] == "pending"
+    (tick,) = json.loads(run("ticks", "nightly", "--json").stdout)
+    assert tick["job_id"] == ran["job_id"] and tick["manual"]
+    assert "manual" in run("ticks", "nightly").stdout
     assert json.loads(run("disable", "nightly", "--reason", "r", "--json").stdout)["changed"]
     assert "already disabled" in run("disable", "nightly", "--reason", "r").stdout
     run("change", "nightly", "--every", "1h")
