@@ -10,7 +10,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.harness import DEFAULT_BACKLOGS, Ratio, Scenario, Series, Settings, ran
-from bench.scenarios import claim_backlog, claim_prune, drain, enqueue, peer_drains, sweep, wake
+from bench.scenarios import (
+    claim_backlog,
+    claim_prune,
+    drain,
+    enqueue,
+    peer_drains,
+    schedules,
+    sweep,
+    wake,
+)
 
 
 def build_scenarios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Scenario, ...]:
@@ -24,6 +33,7 @@ def build_scenarios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Scenari
         claim_backlog.scenario(backlogs),
         sweep.SCENARIO,
         wake.SCENARIO,
+        schedules.SCENARIO,
     )
 
 
@@ -35,6 +45,7 @@ def build_ratios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Ratio, ...
         *claim_prune.RATIOS,
         *claim_backlog.ratios(backlogs),
         *wake.RATIOS,
+        *schedules.RATIOS,
     )
 
 

@@ -36,6 +36,7 @@ from leaseq.models import (
 )
 from leaseq.pauses import AdminEvent, Pause
 from leaseq.retry import RetryPolicy
+from leaseq.schedules import Schedule, ScheduleTick
 from leaseq.states import JobStatus
 from leaseq.unique import EnqueueResult, ReplayResult
 from leaseq.worker import (
@@ -90,6 +91,8 @@ __all__ = [
     "ReplayResult",
     "Retry",
     "RetryPolicy",
+    "Schedule",
+    "ScheduleTick",
     "SchemaError",
     "SweepResult",
     "Task",

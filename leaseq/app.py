@@ -12,6 +12,8 @@ from leaseq.client_async import AsyncClient
 from leaseq.errors import ConfigError, PayloadError
 from leaseq.redact import Redactor, default_redact
 from leaseq.retry import Classifier, ErrorRules, RetryPolicy
+from leaseq.schedule_math import DEFAULT_CATCH_UP_MAX, DEFAULT_GRACE
+from leaseq.schedules import ScheduleDef, schedule_def
 from leaseq.unique import EnqueueResult
 
 if TYPE_CHECKING:
@@ -143,6 +145,8 @@ class App:
         #: False behind PgBouncer in transaction pooling mode (see AsyncClient).
         self.prepare = prepare
         self.tasks: dict[str, Task] = {}
+        #: Schedules declared with ``schedule()``: name -> (task name, options given).
+        self.schedules: dict[str, tuple[str, dict[str, Any]]] = {}
         self._client: Client | None = None
         self._async_client: AsyncClient | None = None
 
@@ -217,6 +221,65 @@ class App:
             return task
 
         return register(fn) if fn is not None else register
+
+    def schedule(
+        self,
+        name: str,
+        *,
+        task: Task | str,
+        cron: str | None = None,
+        every: Any = None,
+        payload: Any = None,
+        tz: str = "UTC",
+        queue: str | None = None,
+        priority: int | None = None,
+        catch_up: str = "latest",
+        catch_up_max: int = DEFAULT_CATCH_UP_MAX,
+        grace: float = DEFAULT_GRACE,
+        overlap: str = "allow",
+        enabled: bool = True,
+    ) -> None:
+        """Declare a periodic schedule: ``task`` is enqueued with ``payload`` at every tick of
+        ``cron`` (5 fields, or 6 with a leading seconds field, read in time zone ``tz``) or
+        every ``every`` seconds (a number or timedelta, at least 1). Checked now: a bad value
+        raises a one-line ConfigError. Workers store the app's schedules when they start
+        and tick them (see docs/schedules.md for the catch-up, overlap and DST rules).
+        ``queue`` and ``priority`` default to the task's."""
+        task_name = task.name if isinstance(task, Task) else task
+        if name in self.schedules:
+            raise ConfigError(f"schedule {name!r} is declared twice")
+        options: dict[str, Any] = {
+            "cron": cron,
+            "every": every,
+            "payload": payload,
+            "tz": tz,
+            "catch_up": catch_up,
+            "catch_up_max": catch_up_max,
+            "grace": grace,
+            "overlap": overlap,
+            "enabled": enabled,
+        }
+        if queue is not None:
+            options["queue"] = queue
+        if priority is not None:
+            options["priority"] = priority
+        schedule_def(name, task_name, **options)  # checked now, resolved at worker start
+        self.schedules[name] = (task_name, options)
+
+    def schedule_defs(self) -> list[ScheduleDef]:
+        """The declared schedules, with queue, priority and attempts from their tasks."""
+        found = []
+        for name, (task_name, options) in self.schedules.items():
+            task = self.tasks.get(task_name)
+            defaults: dict[str, Any] = {}
+            if task is not None:
+                defaults = {
+                    "queue": task.queue,
+                    "priority": task.priority,
+                    "max_attempts": task.max_attempts,
+                }
+            found.append(schedule_def(name, task_name, **{**defaults, **options}))
+        return found
 
     def close(self) -> None:
         if self._client is not None:

@@ -150,6 +150,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "Claims that failed on bad data (a row the claim could not handle); the queue is "
         "backed off and the worker keeps running.",
     ),
+    MetricSpec(
+        "leaseq_schedule_ticks_total",
+        "counter",
+        ("outcome",),
+        "worker",
+        "Schedule ticks this worker's ticker handled: enqueued, or skipped by the catch-up "
+        "or overlap policy.",
+    ),
     MetricSpec("leaseq_worker_slots", "gauge", (), "worker", "Handler slots (concurrency)."),
     MetricSpec(
         "leaseq_worker_busy_slots",
@@ -249,6 +257,13 @@ METRICS: tuple[MetricSpec, ...] = (
         ("application",),
         "database",
         "Open database connections of leaseq processes, by application_name.",
+    ),
+    MetricSpec(
+        "leaseq_schedule_lag_seconds",
+        "gauge",
+        (),
+        "database",
+        "How far the most overdue enabled schedule is past its next tick (0 when none is).",
     ),
     MetricSpec(
         "leaseq_metrics_query_seconds",
@@ -410,6 +425,7 @@ class WorkerMetrics:
         self.lease_expirations = make("leaseq_lease_expirations_total")
         self.late_starts = make("leaseq_late_starts_total")
         self.claim_errors = make("leaseq_claim_errors_total")
+        self.schedule_ticks = make("leaseq_schedule_ticks_total")
         self.slots = make("leaseq_worker_slots")
         self.busy_slots = make("leaseq_worker_busy_slots")
         self.held_leases = make("leaseq_worker_held_leases")
@@ -473,6 +489,9 @@ class DatabaseCollector(Collector):
         for app, count in sorted(extra["connections"].items()):
             conns.add_metric([app], count)
         yield from _pause_families(extra.get("pauses", []), family)
+        lag = family("leaseq_schedule_lag_seconds")
+        lag.add_metric([], extra.get("schedule_lag", 0.0))
+        yield lag
         took = family("leaseq_metrics_query_seconds")
         took.add_metric([], elapsed)
         yield from (expired, locks, conns, took)

@@ -94,12 +94,15 @@ class InspectOps(ClientBase):
         )
 
     def database_health(self) -> dict[str, Any]:
-        """Expired leases awaiting a sweep, lock waits and connections of leaseq processes."""
+        """Expired leases awaiting a sweep, lock waits, connections of leaseq processes and
+        the lag of the most overdue schedule."""
         ((expired, lock_waits, connections),) = self._rows("database_health")
+        ((schedule_lag,),) = self._rows("schedule_lag")
         return {
             "expired_leases": int(expired),
             "lock_waits": int(lock_waits),
             "connections": dict(connections),
+            "schedule_lag": float(schedule_lag),
         }
 
     def blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:

@@ -90,12 +90,15 @@ class AsyncInspectOps(AsyncClientBase):
         )
 
     async def database_health(self) -> dict[str, Any]:
-        """Expired leases awaiting a sweep, lock waits and connections of leaseq processes."""
+        """Expired leases awaiting a sweep, lock waits, connections of leaseq processes and
+        the lag of the most overdue schedule."""
         ((expired, lock_waits, connections),) = await self._rows("database_health")
+        ((schedule_lag,),) = await self._rows("schedule_lag")
         return {
             "expired_leases": int(expired),
             "lock_waits": int(lock_waits),
             "connections": dict(connections),
+            "schedule_lag": float(schedule_lag),
         }
 
     async def blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:

@@ -94,9 +94,17 @@ class AsyncPauseOps(AsyncClientBase):
         and value. Also what the database metrics report about pauses."""
         return pauses_from_rows(await self._rows("list_pauses"))
 
-    async def admin_events(self, *, limit: int = 100) -> list[AdminEvent]:
-        """Operator actions that are not about one job (pause, resume), newest first."""
-        params = {"limit": validate.check_int("limit", limit, 1, 100_000)}
+    async def admin_events(
+        self, *, scope: str | None = None, value: str | None = None, limit: int = 100
+    ) -> list[AdminEvent]:
+        """Operator actions that are not about one job (pause, resume, schedule changes),
+        newest first; ``scope``/``value`` keep one kind or one target's (e.g.
+        ``scope="schedule", value="nightly"``, or ``scope="queue"``)."""
+        params = {
+            "scope": scope,
+            "value": value,
+            "limit": validate.check_int("limit", limit, 1, 100_000),
+        }
         return admin_events_from_rows(await self._rows("admin_events", params))
 
     @contextlib.asynccontextmanager

@@ -99,6 +99,8 @@ class WorkerConfig:
       left, in small batches paced so that deleting takes at most ``prune_share`` of the
       time (what is left for claims to share WAL with).
     - ``listen_dsn``: LISTEN over this direct connection instead (behind PgBouncer).
+    - ``schedules``: run the schedule ticker (any number of workers may; each tick still
+      enqueues one job) and store the app's declared schedules at start.
     - ``burst``: exit once nothing is claimable and nothing is running.
     - ``drain``: like burst, but also wait for scheduled retries of these queues.
     """
@@ -164,6 +166,10 @@ class WorkerConfig:
         metadata=_cli(
             "LISTEN over this direct connection (e.g. around PgBouncer); default: --dsn."
         ),
+    )
+    schedules: bool = field(
+        default=True,
+        metadata=_cli("Do not tick periodic schedules (others may).", kind="negated_flag"),
     )
     burst: bool = field(
         default=False, metadata=_cli("Exit once nothing is claimable and nothing runs.")

@@ -12,6 +12,7 @@ from leaseq import validate as checks
 from leaseq.codes import ErrorCode
 from leaseq.errors import ConfigError
 from leaseq.models import Lease
+from leaseq.schedules import ScheduleTick, parse_tick_key
 from leaseq.worker.aborts import JobAborted, LeaseLost, aborted, lease_lost
 from leaseq.worker.effects import (
     EffectSite,
@@ -93,6 +94,13 @@ class JobContext:
         """Stable across every attempt of this job: the key given at enqueue, else one
         derived from the job id. Send it as e.g. an ``Idempotency-Key`` header."""
         return self.lease.idempotency_key or f"leaseq-job-{self.lease.job_id}"
+
+    @property
+    def schedule(self) -> ScheduleTick | None:
+        """The schedule tick this job was enqueued for (name, ``scheduled_for`` as a UTC
+        instant, ``catch_up``, ``manual``), read from its idempotency key; None for a job
+        no schedule made."""
+        return parse_tick_key(self.lease.idempotency_key)
 
     def effect_key(self, name: str, key: str | None = None) -> str:
         """Idempotency key of one named effect of this job (stable across attempts)."""

@@ -22,6 +22,7 @@ from leaseq.app import Task
 from leaseq.codes import ErrorCode
 from leaseq.metrics import WorkerMetrics
 from leaseq.models import Failure, Lease, SweepResult
+from leaseq.schedules import TickRound
 from leaseq.states import JobStatus
 from leaseq.worker.context import JobContext
 
@@ -68,6 +69,9 @@ class WorkerStats:
     claim_errors: int = 0
     aborted: dict[str, int] = field(default_factory=dict)
     abandoned_at_shutdown: int = 0
+    #: Schedule ticks this worker's ticker enqueued, and skipped by policy.
+    ticks_enqueued: int = 0
+    ticks_skipped: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -168,6 +172,15 @@ class WorkerEvents:
 
     def released(self, count: int) -> None:
         self.stats.released += count
+
+    def ticked(self, result: TickRound) -> None:
+        """A schedule ticker round (leaseq.worker.maintenance.Ticker)."""
+        self.stats.ticks_enqueued += result.enqueued
+        self.stats.ticks_skipped += result.skipped_catch_up + result.skipped_overlap
+        ticks = self.metrics.schedule_ticks
+        ticks.labels("enqueued").inc(result.enqueued)
+        ticks.labels("skipped_catch_up").inc(result.skipped_catch_up)
+        ticks.labels("skipped_overlap").inc(result.skipped_overlap)
 
 
 class InFlight:

@@ -3,7 +3,7 @@
 Each is a ``PeriodicService``: run ``tick()`` every ``interval`` seconds, each statement
 bounded by ``timeout``, database outages reported through the shared ``Outage`` (one log
 line per outage) and retried at the next tick. All are safe to run in every worker at once.
-A new periodic duty (a schedule ticker, say) is one more subclass.
+A new periodic duty is one more subclass.
 """
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ from leaseq.worker.inflight import WorkerEvents
 from leaseq.worker.outage import TRANSIENT, Outage
 
 log = logging.getLogger("leaseq.worker")
+
+#: Longest a ticker sleeps: a schedule added, changed or enabled at run time is seen
+#: within this (the ticker otherwise wakes at the earliest next tick).
+TICKER_MAX_WAIT = 1.0
+#: Shortest: when a due schedule is held by another ticker, do not spin on it.
+TICKER_MIN_WAIT = 0.01
+#: Schedules handled per ticker round (each its own transaction) before the next sleep.
+TICKER_BATCH = 100
 
 #: Rows per retention batch: small, so each delete holds its locks and WAL burst briefly.
 PRUNE_BATCH = 1000
@@ -149,6 +157,68 @@ class Pruner(PeriodicService):
         finally:
             if pruned:
                 log.info("pruned %d finished job(s) older than %gs", pruned, self.retention)
+        # Schedule tick rows age out with the jobs (a tick is never inserted twice anyway:
+        # its schedule's next tick has moved past it).
+        while True:
+            async with asyncio.timeout(self.timeout):
+                done = await self.client.prune_schedule_ticks(
+                    older_than=self.retention, batch_size=PRUNE_BATCH
+                )
+            if done < PRUNE_BATCH:
+                break
+
+
+class Ticker(PeriodicService):
+    """Enqueues the due ticks of periodic schedules, in every worker at once if need be:
+    each due schedule is handled in one transaction under its row lock (tickers skip each
+    other's rows), and each tick's job is inserted with its unique tick row, so a tick
+    makes one job however many tickers saw it. Sleeps until the earliest next tick, at
+    most ``TICKER_MAX_WAIT``."""
+
+    name = "schedule ticker"
+
+    def __init__(
+        self, client: AsyncClient, outage: Outage, events: WorkerEvents, *, timeout: float
+    ) -> None:
+        super().__init__(client, outage, interval=TICKER_MAX_WAIT, timeout=timeout)
+        self.events = events
+        self._wait = TICKER_MAX_WAIT
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except TRANSIENT as exc:
+                await self.outage.failed(self.name, exc)
+                self._wait = TICKER_MAX_WAIT
+            except Exception:
+                # Logged and retried: a ticker that died quietly would stop every schedule
+                # once all workers' tickers had met the same row.
+                log.exception("schedule ticker round failed; retrying")
+                self._wait = TICKER_MAX_WAIT * 5
+            await asyncio.sleep(self._wait)
+
+    async def tick(self) -> None:
+        async with asyncio.timeout(self.timeout):
+            result = await self.client.tick_schedules(limit=TICKER_BATCH)
+        self.events.ticked(result)
+        if result.parked:
+            log.error(
+                "schedules: disabled %d schedule(s) whose ticks cannot be computed; "
+                "see `leaseq schedules list` and the admin_events table",
+                result.parked,
+            )
+        if result.skipped_catch_up:
+            log.info(
+                "schedules: %d missed tick(s) left out by their catch-up policy",
+                result.skipped_catch_up,
+            )
+        if result.schedules >= TICKER_BATCH:
+            self._wait = 0.0
+        elif result.next_in is None:
+            self._wait = TICKER_MAX_WAIT
+        else:
+            self._wait = min(max(result.next_in, TICKER_MIN_WAIT), TICKER_MAX_WAIT)
 
 
 def services(
@@ -177,6 +247,8 @@ def services(
         found.append(
             PriorityAging(client, outage, aging=config.priority_aging, every=every, timeout=timeout)
         )
+    if config.schedules:
+        found.append(Ticker(client, outage, events, timeout=timeout))
     if config.retention is not None:
         found.append(
             Pruner(

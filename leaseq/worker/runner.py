@@ -7,7 +7,7 @@
   threads; never started under a lease that already ended.
 - leases.py: the lease keeper (fenced renewal, local deadlines, max_runtime, NO_PROGRESS).
 - completer.py: batched fenced completions and failures.
-- maintenance.py: sweeper, priority aging and pruner, as periodic services.
+- maintenance.py: sweeper, priority aging, pruner and schedule ticker, as periodic services.
 - inflight.py: the running-jobs table and the one event hook behind stats and metrics.
 
 This module owns the lifecycle: start-up, signals (first: stop claiming and wait up to
@@ -146,6 +146,16 @@ class Worker:
             log.warning("second signal: abandoning running jobs and exiting now")
             self.stop_now()
 
+    async def _sync_schedules(self) -> None:
+        """Store the app's declared schedules; disable its tasks' undeclared code ones."""
+        refused, disabled = await self.client.sync_code_schedules(
+            self.app.schedule_defs(), self.app.tasks, actor=f"worker:{self.worker_id}"
+        )
+        for name in refused:
+            log.warning("schedule %r is a dynamic schedule in the database; not replaced", name)
+        for name in disabled:
+            log.info("schedule %r is no longer declared in code: disabled", name)
+
     async def run(self, *, install_signal_handlers: bool = False) -> WorkerStats:
         """Run until stopped (or, in burst/drain mode, until there is no more work)."""
         await self.client.check_schema()
@@ -153,6 +163,8 @@ class Worker:
         start_log.info(
             "worker serving %s (schema %s)", describe_dsn(await self.client.dsn()), self.app.schema
         )
+        if self.config.schedules:
+            await self._sync_schedules()
         loop = asyncio.get_running_loop()
         observer = None
         if self.config.metrics_port is not None:

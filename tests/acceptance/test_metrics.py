@@ -189,6 +189,7 @@ def test_alert_rules_parse_and_name_only_exported_metrics() -> None:
         "leaseq_lease_expirations_total",
         "leaseq_heartbeat_failures_total",
         "leaseq_jobs_finished_total",
+        "leaseq_schedule_lag_seconds",
     ):
         assert must in covered
 
