@@ -12,6 +12,7 @@ from leaseq.client_async import AsyncClient
 from leaseq.errors import ConfigError, PayloadError
 from leaseq.redact import Redactor, default_redact
 from leaseq.retry import Classifier, ErrorRules, RetryPolicy
+from leaseq.tracing import Tracing
 
 if TYPE_CHECKING:
     from leaseq.worker.context import JobContext
@@ -130,9 +131,11 @@ class App:
         error_rules: ErrorRules | None = None,
         redact: Redactor | None = default_redact,
         prepare: bool = True,
+        tracing: Tracing | None = None,
     ) -> None:
         """``error_rules`` map exception types to a failure class (permanent, transient,
-        unknown) for every task; a task's own ``errors=`` are consulted first."""
+        unknown) for every task; a task's own ``errors=`` are consulted first. ``tracing``:
+        hooks around enqueues and attempts (``leaseq.tracing``; e.g. leaseq[otel])."""
         self.dsn = dsn
         self.schema = schema
         self.retry_policy = retry_policy
@@ -141,17 +144,20 @@ class App:
         self.redact = redact
         #: False behind PgBouncer in transaction pooling mode (see AsyncClient).
         self.prepare = prepare
+        self.tracing = tracing
         self.tasks: dict[str, Task] = {}
         self._client: Client | None = None
         self._async_client: AsyncClient | None = None
 
     def client_options(self) -> dict[str, Any]:
-        """What every client of this app shares: schema, retry policy, redaction, prepare."""
+        """What every client of this app shares: schema, retry policy, redaction, prepare,
+        tracing hooks."""
         return {
             "schema": self.schema,
             "retry_policy": self.retry_policy,
             "redact": self.redact,
             "prepare": self.prepare,
+            "tracing": self.tracing,
         }
 
     @property

@@ -12,12 +12,20 @@ from leaseq.ops.enqueue import EnqueueOps
 from leaseq.ops.failure import FailureOps
 from leaseq.ops.inspect import InspectOps
 from leaseq.ops.lease import LeaseOps
+from leaseq.ops.trace import TraceOps
 from leaseq.params import COPY_THRESHOLD, notify_channel
 
 __all__ = ["COPY_THRESHOLD", "Client", "notify_channel"]
 
 
-class Client(EnqueueOps, LeaseOps, FailureOps, InspectOps, AdminOps):
+class Client(
+    EnqueueOps,
+    LeaseOps,
+    FailureOps,
+    InspectOps,
+    AdminOps,
+    TraceOps,
+):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 
     ``dsn`` falls back to ``LEASEQ_DSN`` and then to the embedded PostgreSQL.

@@ -14,12 +14,20 @@ from leaseq.ops.enqueue_async import AsyncEnqueueOps
 from leaseq.ops.failure_async import AsyncFailureOps
 from leaseq.ops.inspect_async import AsyncInspectOps
 from leaseq.ops.lease_async import AsyncLeaseOps
+from leaseq.ops.trace_async import AsyncTraceOps
 from leaseq.params import COPY_THRESHOLD, notify_channel
 
 __all__ = ["COPY_THRESHOLD", "AsyncClient", "notify_channel"]
 
 
-class AsyncClient(AsyncEnqueueOps, AsyncLeaseOps, AsyncFailureOps, AsyncInspectOps, AsyncAdminOps):
+class AsyncClient(
+    AsyncEnqueueOps,
+    AsyncLeaseOps,
+    AsyncFailureOps,
+    AsyncInspectOps,
+    AsyncAdminOps,
+    AsyncTraceOps,
+):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 
     ``dsn`` falls back to ``LEASEQ_DSN`` and then to the embedded PostgreSQL.

@@ -8,7 +8,8 @@ The synchronous twin of ``leaseq/ops/enqueue_async.py``; see that file for the l
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from psycopg import Connection
@@ -16,6 +17,7 @@ from psycopg import Connection
 from leaseq.models import JobSpec
 from leaseq.ops.base import ClientBase
 from leaseq.params import COPY_THRESHOLD, copy_row, job_arrays, job_fields, job_params
+from leaseq.tracing import Carrier
 
 
 class EnqueueOps(ClientBase):
@@ -61,6 +63,16 @@ class EnqueueOps(ClientBase):
             self.payload_limit,
         )
         params["channel"] = self.channel
+        if self.tracing is None:
+            return self._insert_one(params, connection)
+        with self.tracing.send([(params["queue"], params["task"])]) as scope:
+            with self._transaction(connection) as conn:
+                job_id = self._insert_one(params, conn)
+                self._set_trace_contexts(conn, [job_id], scope.carriers)
+            scope.sent([job_id])
+        return job_id
+
+    def _insert_one(self, params: dict[str, Any], connection: Connection[Any] | None) -> int:
         if params["ordering_key"] is None:
             del params["ordering_key"]
             rows = self._rows("insert_job", params, connection)
@@ -69,6 +81,15 @@ class EnqueueOps(ClientBase):
                 self._lock_keys(conn, [params["ordering_key"]])
                 rows = self._rows("insert_keyed_job", params, conn)
         return int(rows[0][0])
+
+    def _set_trace_contexts(
+        self, conn: Connection[Any], ids: list[int], carriers: Sequence[Carrier | None]
+    ) -> None:
+        """Store the tracing hooks' carriers with the jobs just inserted (same transaction)."""
+        found = [(i, json.dumps(c)) for i, c in zip(ids, carriers, strict=True) if c]
+        if found:
+            params = {"ids": [i for i, _ in found], "carriers": [c for _, c in found]}
+            self._rows("set_trace_contexts", params, conn)
 
     def enqueue_many(
         self,
@@ -84,6 +105,18 @@ class EnqueueOps(ClientBase):
         params_list = [job_params(job_fields(job), self.payload_limit) for job in jobs]
         if not params_list:
             return []
+        if self.tracing is None:
+            return self._insert_many(params_list, connection)
+        with self.tracing.send([(p["queue"], p["task"]) for p in params_list]) as scope:
+            with self._transaction(connection) as conn:
+                ids = self._insert_many(params_list, conn)
+                self._set_trace_contexts(conn, ids, scope.carriers)
+            scope.sent(ids)
+        return ids
+
+    def _insert_many(
+        self, params_list: list[dict[str, Any]], connection: Connection[Any] | None
+    ) -> list[int]:
         keyed = any(p["ordering_key"] for p in params_list)
         if not keyed and len(params_list) >= COPY_THRESHOLD:
             with self._transaction(connection) as conn:

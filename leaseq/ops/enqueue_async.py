@@ -4,7 +4,8 @@ caller's transaction when given one. Checks and parameters come from ``leaseq.pa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -12,6 +13,7 @@ from psycopg import AsyncConnection
 from leaseq.models import JobSpec
 from leaseq.ops.base_async import AsyncClientBase
 from leaseq.params import COPY_THRESHOLD, copy_row, job_arrays, job_fields, job_params
+from leaseq.tracing import Carrier
 
 
 class AsyncEnqueueOps(AsyncClientBase):
@@ -57,6 +59,18 @@ class AsyncEnqueueOps(AsyncClientBase):
             self.payload_limit,
         )
         params["channel"] = self.channel
+        if self.tracing is None:
+            return await self._insert_one(params, connection)
+        with self.tracing.send([(params["queue"], params["task"])]) as scope:
+            async with self._transaction(connection) as conn:
+                job_id = await self._insert_one(params, conn)
+                await self._set_trace_contexts(conn, [job_id], scope.carriers)
+            scope.sent([job_id])
+        return job_id
+
+    async def _insert_one(
+        self, params: dict[str, Any], connection: AsyncConnection[Any] | None
+    ) -> int:
         if params["ordering_key"] is None:
             del params["ordering_key"]
             rows = await self._rows("insert_job", params, connection)
@@ -65,6 +79,15 @@ class AsyncEnqueueOps(AsyncClientBase):
                 await self._lock_keys(conn, [params["ordering_key"]])
                 rows = await self._rows("insert_keyed_job", params, conn)
         return int(rows[0][0])
+
+    async def _set_trace_contexts(
+        self, conn: AsyncConnection[Any], ids: list[int], carriers: Sequence[Carrier | None]
+    ) -> None:
+        """Store the tracing hooks' carriers with the jobs just inserted (same transaction)."""
+        found = [(i, json.dumps(c)) for i, c in zip(ids, carriers, strict=True) if c]
+        if found:
+            params = {"ids": [i for i, _ in found], "carriers": [c for _, c in found]}
+            await self._rows("set_trace_contexts", params, conn)
 
     async def enqueue_many(
         self,
@@ -80,6 +103,18 @@ class AsyncEnqueueOps(AsyncClientBase):
         params_list = [job_params(job_fields(job), self.payload_limit) for job in jobs]
         if not params_list:
             return []
+        if self.tracing is None:
+            return await self._insert_many(params_list, connection)
+        with self.tracing.send([(p["queue"], p["task"]) for p in params_list]) as scope:
+            async with self._transaction(connection) as conn:
+                ids = await self._insert_many(params_list, conn)
+                await self._set_trace_contexts(conn, ids, scope.carriers)
+            scope.sent(ids)
+        return ids
+
+    async def _insert_many(
+        self, params_list: list[dict[str, Any]], connection: AsyncConnection[Any] | None
+    ) -> list[int]:
         keyed = any(p["ordering_key"] for p in params_list)
         if not keyed and len(params_list) >= COPY_THRESHOLD:
             async with self._transaction(connection) as conn:

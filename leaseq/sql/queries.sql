@@ -699,3 +699,21 @@ SELECT
   (SELECT coalesce(json_object_agg(application_name, n), '{}'::json)
      FROM (SELECT application_name, count(*) AS n FROM pg_stat_activity
            WHERE left(application_name, 6) = 'leaseq' GROUP BY application_name) AS c);
+
+-- name: set_trace_contexts
+-- Tracing hooks only: the enqueuing context of jobs just inserted, in the same transaction
+-- (a separate statement keeps the hot insert statements free of a column most never use).
+UPDATE {schema}.jobs AS j
+SET trace_context = jsonb_build_object('create', c.carrier)
+FROM unnest(%(ids)s::bigint[], %(carriers)s::jsonb[]) AS c(id, carrier)
+WHERE j.id = c.id;
+
+-- name: job_trace_context
+SELECT trace_context FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: record_attempt_trace
+-- Tracing hooks only: the failed attempt's span, which the next attempt's span links to.
+UPDATE {schema}.jobs
+SET trace_context = coalesce(trace_context, '{}'::jsonb)
+    || jsonb_build_object('attempt', %(carrier)s::jsonb)
+WHERE id = %(id)s AND lease_token = %(token)s;

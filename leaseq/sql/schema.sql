@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 6
+-- schema version: 7
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -23,7 +23,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (3, 'effects'),
   (4, 'queue_stats'),
   (5, 'ordering'),
-  (6, 'key_heads');
+  (6, 'key_heads'),
+  (7, 'trace_context');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -68,6 +69,8 @@ CREATE TABLE {schema}.jobs (
   key_skipped boolean NOT NULL DEFAULT false,
   -- The priority given at enqueue; `priority` may grow with aging.
   base_priority integer NOT NULL DEFAULT 0,
+  -- Tracing context of the enqueuing code and of the latest failed attempt (leaseq[otel]).
+  trace_context jsonb,
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
   CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
   -- A running job always has an owner and an expiry; no other state keeps either, so a
