@@ -30,8 +30,10 @@ import psycopg
 from leaseq.app import App, Task
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
+from leaseq.codes import ErrorCode
 from leaseq.errors import Permanent, Retry
 from leaseq.models import Failure, Lease
+from leaseq.retry import ErrorClass
 from leaseq.states import JobStatus
 from leaseq.testing import clock
 from leaseq.testing.assertions import database_now, on_connection
@@ -122,8 +124,10 @@ def drain(
     include_scheduled: bool = False,
     max_jobs: int = 1000,
 ) -> DrainSummary:
-    """Run runnable jobs (of ``queue``, or of every queue) one at a time until none is
-    left or ``max_jobs`` ran, jobs enqueued by jobs included; returns a summary.
+    """Run runnable jobs (of ``queue``, or of every queue with pending jobs) one at a time
+    until none is left or ``max_jobs`` ran, jobs enqueued by jobs included; returns a
+    summary. A job whose task ``app`` does not know ends dead with ``UNKNOWN_TASK``, as it
+    would on a worker of that app.
 
     ``include_scheduled`` also runs jobs whose time has not come, by moving the test clock
     (``leaseq.testing.clock``) to each one's time first: it needs the clock in the
@@ -165,8 +169,8 @@ def _run(client: Client, app: App, lease: Lease, connection: Connection | None) 
     if task is None:
         failure = Failure(
             lease,
-            "UNKNOWN_TASK",
-            error_class="permanent",
+            ErrorCode.UNKNOWN_TASK,
+            error_class=ErrorClass.PERMANENT,
             detail=f"no handler registered for task {lease.task!r} in this app",
         )
         return _report(client, failure, None, connection)

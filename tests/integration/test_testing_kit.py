@@ -209,3 +209,11 @@ def test_claim_on_a_callers_connection_is_undone_by_its_rollback(
         conn.rollback()
     job = leaseq_client.get_job(job_id)
     assert job is not None and job.status == "pending" and job.attempt_count == 0
+
+
+def test_drain_ends_a_job_of_an_unknown_task_dead_as_a_worker_would(leaseq_testing: Kit) -> None:
+    leaseq_testing.client.enqueue("kit.nobody_handles_this", {})
+    summary = leaseq_testing.drain(app)
+    assert summary.dead == 1
+    assert summary.outcomes[0].error_code == "UNKNOWN_TASK"
+    assert summary.outcomes[0].error_class == "permanent"
