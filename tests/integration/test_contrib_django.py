@@ -116,6 +116,16 @@ def test_backend_enqueues_and_a_real_worker_runs_the_task(kit: Kit) -> None:
     assert dead.errors[0].exception_class_path == "MAILBOX_GONE"
 
 
+def test_get_result_of_an_unknown_id_does_not_exist(kit: Kit) -> None:
+    from leaseq.contrib.django import _tasks
+    from tests.django_project.shop.tasks import send_receipt
+
+    job_id = kit.client.enqueue("not.a.django.task", {})
+    for result_id in ("999999", "not-a-number", str(job_id)):
+        with pytest.raises(_tasks.TaskResultDoesNotExist):
+            send_receipt.get_result(result_id)
+
+
 def test_drain_runs_django_tasks_inside_the_tests_own_transaction(kit: Kit) -> None:
     from django.db import transaction
 

@@ -217,3 +217,28 @@ def test_drain_ends_a_job_of_an_unknown_task_dead_as_a_worker_would(leaseq_testi
     assert summary.dead == 1
     assert summary.outcomes[0].error_code == "UNKNOWN_TASK"
     assert summary.outcomes[0].error_class == "permanent"
+
+
+def test_the_plugin_serves_a_project_without_leaseqs_own_conftest(
+    pytester: pytest.Pytester, leaseq_server_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a user gets from installing leaseq: the fixtures come from the entry point."""
+    monkeypatch.setenv("LEASEQ_TEST_DSN", leaseq_server_dsn)
+    pytester.makepyfile(
+        """
+        import leaseq
+
+        app = leaseq.App()
+
+        @app.task(name="user.double")
+        def double(ctx, payload):
+            return payload["n"] * 2
+
+        def test_user_suite(leaseq_testing):
+            leaseq_testing.client.enqueue("user.double", {"n": 21})
+            leaseq_testing.assert_enqueued("user.double", payload_subset={"n": 21})
+            assert leaseq_testing.drain(app).outcomes[0].result == 42
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:asyncio")
+    result.assert_outcomes(passed=1)
