@@ -2,14 +2,16 @@
 (``CREATE DATABASE ... TEMPLATE``) into a fresh database for every test and dropped after.
 
 The template holds leaseq's schema and the test clock (``leaseq.testing.clock``). It is
-built once, under an advisory lock so that parallel test sessions do not race, and named
-after a hash of everything it contains, so a changed migration gets a new template.
+built once, under an advisory lock so that parallel test sessions do not race, named after
+a hash of everything it contains (a changed migration gets a new template), and closed to
+connections once built, since a connection to it would make clones fail.
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -20,10 +22,14 @@ from leaseq.sql import check_schema_name, migrations
 from leaseq.testing import clock
 
 _LOCK_KEY = "leaseq.testing.template"
+#: Part of the template's name: bump when the way templates are built changes.
+_BUILD = "2"
+
+Connection = psycopg.Connection[Any]
 
 
 def template_name(schema: str) -> str:
-    digest = hashlib.sha256(schema.encode())
+    digest = hashlib.sha256(f"{_BUILD}:{schema}".encode())
     for migration in migrations(schema):
         digest.update(migration.sql.encode())
     digest.update(clock.INSTALL_SQL.encode())
@@ -35,6 +41,11 @@ def database_dsn(server_dsn: str, name: str) -> str:
     return clock.with_clock(make_conninfo(server_dsn, dbname=name))
 
 
+def _exists(admin: Connection, name: str) -> bool:
+    row = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    return row is not None
+
+
 def ensure_template(server_dsn: str, schema: str = "leaseq") -> str:
     """Create the migrated template for ``schema`` unless it exists; returns its name."""
     schema = check_schema_name(schema)
@@ -42,15 +53,14 @@ def ensure_template(server_dsn: str, schema: str = "leaseq") -> str:
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute("SELECT pg_advisory_lock(hashtext(%s))", (_LOCK_KEY,))
         try:
-            row = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-            if row.fetchone() is None:
+            if not _exists(admin, name):
                 _build(admin, server_dsn, name, schema)
         finally:
             admin.execute("SELECT pg_advisory_unlock(hashtext(%s))", (_LOCK_KEY,))
     return name
 
 
-def _build(admin: psycopg.Connection[object], server_dsn: str, name: str, schema: str) -> None:
+def _build(admin: Connection, server_dsn: str, name: str, schema: str) -> None:
     admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
         dsn = database_dsn(server_dsn, name)
@@ -61,6 +71,11 @@ def _build(admin: psycopg.Connection[object], server_dsn: str, name: str, schema
             client.migrate()
         finally:
             client.close()
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false").format(
+                sql.Identifier(name)
+            )
+        )
     except BaseException:
         drop_database(server_dsn, name)
         raise
@@ -79,8 +94,9 @@ def clone(server_dsn: str, template: str) -> str:
 
 
 def drop_database(server_dsn: str, name: str) -> None:
-    """Drop a test database, disconnecting whoever is still connected to it."""
+    """Drop a test database or a template, disconnecting whoever is still connected."""
+    ident = sql.Identifier(name)
     with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+        if _exists(admin, name):
+            admin.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false").format(ident))
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
