@@ -14,6 +14,7 @@ from leaseq.redact import Redactor, default_redact
 from leaseq.retry import Classifier, ErrorRules, RetryPolicy
 from leaseq.schedule_math import DEFAULT_CATCH_UP_MAX, DEFAULT_GRACE
 from leaseq.schedules import ScheduleDef, schedule_def
+from leaseq.tracing import Tracing
 from leaseq.unique import EnqueueResult
 
 if TYPE_CHECKING:
@@ -133,9 +134,11 @@ class App:
         error_rules: ErrorRules | None = None,
         redact: Redactor | None = default_redact,
         prepare: bool = True,
+        tracing: Tracing | None = None,
     ) -> None:
         """``error_rules`` map exception types to a failure class (permanent, transient,
-        unknown) for every task; a task's own ``errors=`` are consulted first."""
+        unknown) for every task; a task's own ``errors=`` are consulted first. ``tracing``:
+        hooks around enqueues and attempts (``leaseq.tracing``; e.g. leaseq[otel])."""
         self.dsn = dsn
         self.schema = schema
         self.retry_policy = retry_policy
@@ -144,6 +147,7 @@ class App:
         self.redact = redact
         #: False behind PgBouncer in transaction pooling mode (see AsyncClient).
         self.prepare = prepare
+        self.tracing = tracing
         self.tasks: dict[str, Task] = {}
         #: Schedules declared with ``schedule()``: name -> (task name, options given).
         self.schedules: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -159,12 +163,14 @@ class App:
         return total
 
     def client_options(self) -> dict[str, Any]:
-        """What every client of this app shares: schema, retry policy, redaction, prepare."""
+        """What every client of this app shares: schema, retry policy, redaction, prepare,
+        tracing hooks."""
         return {
             "schema": self.schema,
             "retry_policy": self.retry_policy,
             "redact": self.redact,
             "prepare": self.prepare,
+            "tracing": self.tracing,
         }
 
     @property

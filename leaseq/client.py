@@ -14,6 +14,7 @@ from leaseq.ops.inspect import InspectOps
 from leaseq.ops.lease import LeaseOps
 from leaseq.ops.pauses import PauseOps
 from leaseq.ops.schedules import ScheduleOps
+from leaseq.ops.trace import TraceOps
 from leaseq.params import COPY_THRESHOLD, notify_channel
 
 __all__ = ["COPY_THRESHOLD", "Client", "notify_channel"]
@@ -27,6 +28,7 @@ class Client(
     AdminOps,
     PauseOps,
     ScheduleOps,
+    TraceOps,
 ):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 

@@ -17,6 +17,7 @@ from leaseq.ops.inspect_async import AsyncInspectOps
 from leaseq.ops.lease_async import AsyncLeaseOps
 from leaseq.ops.pauses_async import AsyncPauseOps
 from leaseq.ops.schedules_async import AsyncScheduleOps
+from leaseq.ops.trace_async import AsyncTraceOps
 from leaseq.params import COPY_THRESHOLD, notify_channel
 
 __all__ = ["COPY_THRESHOLD", "AsyncClient", "notify_channel"]
@@ -30,6 +31,7 @@ class AsyncClient(
     AsyncAdminOps,
     AsyncPauseOps,
     AsyncScheduleOps,
+    AsyncTraceOps,
 ):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 

@@ -27,6 +27,7 @@ from leaseq.redact import Redactor, default_redact
 from leaseq.retry import RetryPolicy
 from leaseq.rows import configure_json, tolerate_extremes
 from leaseq.sql import Queries, check_schema_name, latest_version, migrations
+from leaseq.tracing import Tracing
 
 Row = tuple[Any, ...]
 
@@ -53,10 +54,12 @@ class ClientBase:
         application_name: str = "leaseq",
         redact: Redactor | None = default_redact,
         prepare: bool = True,
+        tracing: Tracing | None = None,
     ) -> None:
         """``prepare=False`` turns server-side prepared statements off: needed behind
         PgBouncer in transaction pooling mode (before 1.21), where the next statement of a
-        session may reach a server connection that never saw the PREPARE."""
+        session may reach a server connection that never saw the PREPARE. ``tracing``:
+        hooks around enqueues and attempts (see ``leaseq.tracing``; e.g. leaseq[otel])."""
         self.schema = check_schema_name(schema)
         #: Scrubs secrets from error details before they are stored (None: store as is).
         self.redact = redact
@@ -72,6 +75,7 @@ class ClientBase:
         self._dsn: str | None = None
         self._application_name = application_name
         self._prepare = prepare
+        self.tracing = tracing
         self._pool: ConnectionPool[Connection[TupleRow]] | None = None
         self._lock = threading.Lock()
 

@@ -6,7 +6,8 @@ parameters come from ``leaseq.params``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -22,6 +23,7 @@ from leaseq.params import (
     job_params,
     unique_params,
 )
+from leaseq.tracing import Carrier
 from leaseq.unique import EnqueueResult, holder_state, resolve_conflict
 
 #: How often an enqueue tries again when the key's holder changed between its statements.
@@ -92,6 +94,19 @@ class AsyncEnqueueOps(AsyncClientBase):
             self.payload_limit,
         )
         params["channel"] = self.channel
+        if self.tracing is None:
+            return await self._insert_one(params, connection)
+        with self.tracing.send([(params["queue"], params["task"])]) as scope:
+            async with self._transaction(connection) as conn:
+                job_id = await self._insert_one(params, conn)
+                if job_id.inserted:  # a conflict stored nothing: the holder keeps its trace
+                    await self._set_trace_contexts(conn, [job_id], scope.carriers)
+            scope.sent([job_id])
+        return job_id
+
+    async def _insert_one(
+        self, params: dict[str, Any], connection: AsyncConnection[Any] | None
+    ) -> EnqueueResult:
         if params["unique"] is not None:
             if params["ordering_key"] is None:
                 # Each statement is atomic and fenced on its own: no transaction needed.
@@ -159,6 +174,15 @@ class AsyncEnqueueOps(AsyncClientBase):
         """Counted in the enqueuing process (``leaseq_unique_conflicts_total``)."""
         self.unique_conflicts[outcome] = self.unique_conflicts.get(outcome, 0) + 1
 
+    async def _set_trace_contexts(
+        self, conn: AsyncConnection[Any], ids: list[int], carriers: Sequence[Carrier | None]
+    ) -> None:
+        """Store the tracing hooks' carriers with the jobs just inserted (same transaction)."""
+        found = [(i, json.dumps(c)) for i, c in zip(ids, carriers, strict=True) if c]
+        if found:
+            params = {"ids": [i for i, _ in found], "carriers": [c for _, c in found]}
+            await self._rows("set_trace_contexts", params, conn)
+
     async def enqueue_many(
         self,
         jobs: Iterable[JobSpec | Mapping[str, Any]],
@@ -175,6 +199,19 @@ class AsyncEnqueueOps(AsyncClientBase):
         params_list = [job_params(job_fields(job), self.payload_limit) for job in jobs]
         if not params_list:
             return []
+        if self.tracing is None:
+            return await self._insert_many(params_list, connection)
+        with self.tracing.send([(p["queue"], p["task"]) for p in params_list]) as scope:
+            async with self._transaction(connection) as conn:
+                ids = await self._insert_many(params_list, conn)
+                fresh = [(i, c) for i, c in zip(ids, scope.carriers, strict=True) if i.inserted]
+                await self._set_trace_contexts(conn, [i for i, _ in fresh], [c for _, c in fresh])
+            scope.sent(ids)
+        return ids
+
+    async def _insert_many(
+        self, params_list: list[dict[str, Any]], connection: AsyncConnection[Any] | None
+    ) -> list[EnqueueResult]:
         if any(p["unique"] is not None for p in params_list):
             return await self._enqueue_each(params_list, connection)
         keyed = any(p["ordering_key"] for p in params_list)

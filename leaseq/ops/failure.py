@@ -10,6 +10,9 @@ The synchronous twin of ``leaseq/ops/failure_async.py``; see that file for the l
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+from psycopg import Connection
 
 from leaseq import validate
 from leaseq.models import Failure, Lease, SweepResult
@@ -20,8 +23,11 @@ from leaseq.states import JobStatus
 
 
 class FailureOps(ClientBase):
-    def fail_many(self, failures: Sequence[Failure]) -> dict[int, JobStatus]:
-        """Report failed attempts, fenced; returns each job still ours with its new status."""
+    def fail_many(
+        self, failures: Sequence[Failure], *, connection: Connection[Any] | None = None
+    ) -> dict[int, JobStatus]:
+        """Report failed attempts, fenced; returns each job still ours with its new status.
+        With ``connection`` the report joins that connection's transaction."""
         if not failures:
             return {}
         result = {}
@@ -33,7 +39,7 @@ class FailureOps(ClientBase):
             if group:
                 params = fail_params(group, self.retry_policy, self.redact)
                 keys = [f.lease.ordering_key for f in group]
-                rows = self._change_jobs(name, params, keys)
+                rows = self._change_jobs(name, params, keys, connection)
                 result.update({int(row[0]): JobStatus(row[1]) for row in rows})
         return result
 
@@ -46,6 +52,7 @@ class FailureOps(ClientBase):
         detail: str | None = None,
         retry_in: float | None = None,
         error_class: str | None = None,
+        connection: Connection[Any] | None = None,
     ) -> bool:
         """Record a failed attempt: retry later with back-off, or dead when it cannot help
         (not retryable, or a budget is used up). ``error_class`` (permanent, transient,
@@ -53,7 +60,7 @@ class FailureOps(ClientBase):
         if error_class is not None:
             ErrorClass(error_class)  # refuse a typo before anything is written
         failure = Failure(lease, error_code, retryable, detail, retry_in, error_class)
-        return lease.job_id in self.fail_many([failure])
+        return lease.job_id in self.fail_many([failure], connection=connection)
 
     def release_many(self, leases: Sequence[Lease]) -> set[int]:
         """Give unstarted jobs back without charging an attempt; returns the ids released."""

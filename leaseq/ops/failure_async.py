@@ -6,6 +6,9 @@ the sweep of expired leases. What a failure leads to is decided once, in
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+from psycopg import AsyncConnection
 
 from leaseq import validate
 from leaseq.models import Failure, Lease, SweepResult
@@ -16,8 +19,11 @@ from leaseq.states import JobStatus
 
 
 class AsyncFailureOps(AsyncClientBase):
-    async def fail_many(self, failures: Sequence[Failure]) -> dict[int, JobStatus]:
-        """Report failed attempts, fenced; returns each job still ours with its new status."""
+    async def fail_many(
+        self, failures: Sequence[Failure], *, connection: AsyncConnection[Any] | None = None
+    ) -> dict[int, JobStatus]:
+        """Report failed attempts, fenced; returns each job still ours with its new status.
+        With ``connection`` the report joins that connection's transaction."""
         if not failures:
             return {}
         result = {}
@@ -29,7 +35,7 @@ class AsyncFailureOps(AsyncClientBase):
             if group:
                 params = fail_params(group, self.retry_policy, self.redact)
                 keys = [f.lease.ordering_key for f in group]
-                rows = await self._change_jobs(name, params, keys)
+                rows = await self._change_jobs(name, params, keys, connection)
                 result.update({int(row[0]): JobStatus(row[1]) for row in rows})
         return result
 
@@ -42,6 +48,7 @@ class AsyncFailureOps(AsyncClientBase):
         detail: str | None = None,
         retry_in: float | None = None,
         error_class: str | None = None,
+        connection: AsyncConnection[Any] | None = None,
     ) -> bool:
         """Record a failed attempt: retry later with back-off, or dead when it cannot help
         (not retryable, or a budget is used up). ``error_class`` (permanent, transient,
@@ -49,7 +56,7 @@ class AsyncFailureOps(AsyncClientBase):
         if error_class is not None:
             ErrorClass(error_class)  # refuse a typo before anything is written
         failure = Failure(lease, error_code, retryable, detail, retry_in, error_class)
-        return lease.job_id in await self.fail_many([failure])
+        return lease.job_id in await self.fail_many([failure], connection=connection)
 
     async def release_many(self, leases: Sequence[Lease]) -> set[int]:
         """Give unstarted jobs back without charging an attempt; returns the ids released."""

@@ -31,8 +31,8 @@ from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_fro
 
 
 class InspectOps(ClientBase):
-    def get_job(self, job_id: int) -> Job | None:
-        rows = self._rows("get_job", {"id": job_id}, tolerant=True)
+    def get_job(self, job_id: int, *, connection: Connection[Any] | None = None) -> Job | None:
+        rows = self._rows("get_job", {"id": job_id}, connection, tolerant=True)
         return job_from_row(rows[0]) if rows else None
 
     def job_events(self, job_id: int) -> list[JobEvent]:
@@ -48,13 +48,20 @@ class InspectOps(ClientBase):
         return UniqueKeyHolder(key, holder, held_until)
 
     def list_jobs(
-        self, status: str = "dead", *, limit: int = 100, **filters: Unpack[JobFilter]
+        self,
+        status: str = "dead",
+        *,
+        limit: int = 100,
+        connection: Connection[Any] | None = None,
+        **filters: Unpack[JobFilter],
     ) -> list[Job]:
         """Jobs in one state, newest first, filtered by queue, task, error code, and age
-        (seconds since they finished: ``older_than`` / ``newer_than``)."""
+        (seconds since they finished: ``older_than`` / ``newer_than``). With ``connection``
+        the read sees that connection's uncommitted writes."""
         params = job_filter([status], **filters)
         params["limit"] = validate.check_int("limit", limit, 1, 100_000)
-        return [job_from_row(row) for row in self._rows("list_jobs", params, tolerant=True)]
+        rows = self._rows("list_jobs", params, connection, tolerant=True)
+        return [job_from_row(row) for row in rows]
 
     def count_jobs(self, status: str = "dead", **filters: Unpack[JobFilter]) -> int:
         """How many jobs ``list_jobs`` (without a limit) would find: a dry run's count."""

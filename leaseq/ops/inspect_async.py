@@ -27,8 +27,10 @@ from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_fro
 
 
 class AsyncInspectOps(AsyncClientBase):
-    async def get_job(self, job_id: int) -> Job | None:
-        rows = await self._rows("get_job", {"id": job_id}, tolerant=True)
+    async def get_job(
+        self, job_id: int, *, connection: AsyncConnection[Any] | None = None
+    ) -> Job | None:
+        rows = await self._rows("get_job", {"id": job_id}, connection, tolerant=True)
         return job_from_row(rows[0]) if rows else None
 
     async def job_events(self, job_id: int) -> list[JobEvent]:
@@ -44,13 +46,20 @@ class AsyncInspectOps(AsyncClientBase):
         return UniqueKeyHolder(key, holder, held_until)
 
     async def list_jobs(
-        self, status: str = "dead", *, limit: int = 100, **filters: Unpack[JobFilter]
+        self,
+        status: str = "dead",
+        *,
+        limit: int = 100,
+        connection: AsyncConnection[Any] | None = None,
+        **filters: Unpack[JobFilter],
     ) -> list[Job]:
         """Jobs in one state, newest first, filtered by queue, task, error code, and age
-        (seconds since they finished: ``older_than`` / ``newer_than``)."""
+        (seconds since they finished: ``older_than`` / ``newer_than``). With ``connection``
+        the read sees that connection's uncommitted writes."""
         params = job_filter([status], **filters)
         params["limit"] = validate.check_int("limit", limit, 1, 100_000)
-        return [job_from_row(row) for row in await self._rows("list_jobs", params, tolerant=True)]
+        rows = await self._rows("list_jobs", params, connection, tolerant=True)
+        return [job_from_row(row) for row in rows]
 
     async def count_jobs(self, status: str = "dead", **filters: Unpack[JobFilter]) -> int:
         """How many jobs ``list_jobs`` (without a limit) would find: a dry run's count."""

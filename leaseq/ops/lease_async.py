@@ -28,8 +28,12 @@ class AsyncLeaseOps(AsyncClientBase):
         worker: str,
         lease_seconds: float = 60,
         limit: int = 1,
+        connection: AsyncConnection[Any] | None = None,
     ) -> list[Lease]:
         """Claim up to ``limit`` claimable jobs of ``queue`` in one committed statement.
+
+        With ``connection`` the claim joins that connection's transaction (the testing
+        kit's ``drain`` runs jobs inside a test's own, never committed, transaction).
 
         A claimed row that cannot become a lease (see ``leaseq.rows``) is ended dead with
         its reason, under the lease just taken, and left out: it costs only its own job.
@@ -41,14 +45,16 @@ class AsyncLeaseOps(AsyncClientBase):
             "lease_seconds": seconds,
             "limit": validate.check_int("limit", limit, 1, validate.CLAIM_LIMIT_MAX),
         }
-        rows = await self._rows("claim_jobs", params)
+        rows = await self._rows("claim_jobs", params, connection)
         leases, unclaimable = leases_from_rows(rows, seconds)
         if unclaimable:
-            await self._end_unclaimable(unclaimable)
+            await self._end_unclaimable(unclaimable, connection)
         leases.sort(key=lambda lease: (-lease.priority, lease.job_id))
         return leases
 
-    async def _end_unclaimable(self, found: Sequence[Unclaimable]) -> None:
+    async def _end_unclaimable(
+        self, found: Sequence[Unclaimable], connection: AsyncConnection[Any] | None = None
+    ) -> None:
         for row in found:
             log.warning(
                 "job %d ended dead at claim (%s): %s",
@@ -60,7 +66,10 @@ class AsyncLeaseOps(AsyncClientBase):
         try:
             # The keyed statement: a unique key of such a row must be let go too.
             await self._change_jobs(
-                "fail_keyed_jobs", unclaimable_params(found), [u.ordering_key for u in found]
+                "fail_keyed_jobs",
+                unclaimable_params(found),
+                [u.ordering_key for u in found],
+                connection,
             )
         except psycopg.Error as exc:
             # The good leases of this claim are committed and returned all the same; these

@@ -1321,3 +1321,20 @@ RETURNING 1;
 -- The most overdue enabled schedule: seconds past its next tick (0 when none is overdue).
 SELECT coalesce(greatest(extract(epoch FROM now() - min(next_tick)), 0), 0)::float8
 FROM {schema}.schedules WHERE enabled;
+-- name: set_trace_contexts
+-- Tracing hooks only: the enqueuing context of jobs just inserted, in the same transaction
+-- (a separate statement keeps the hot insert statements free of a column most never use).
+UPDATE {schema}.jobs AS j
+SET trace_context = jsonb_build_object('create', c.carrier)
+FROM unnest(%(ids)s::bigint[], %(carriers)s::jsonb[]) AS c(id, carrier)
+WHERE j.id = c.id;
+
+-- name: job_trace_context
+SELECT trace_context FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: record_attempt_trace
+-- Tracing hooks only: the failed attempt's span, which the next attempt's span links to.
+UPDATE {schema}.jobs
+SET trace_context = coalesce(trace_context, '{}'::jsonb)
+    || jsonb_build_object('attempt', %(carrier)s::jsonb)
+WHERE id = %(id)s AND lease_token = %(token)s;

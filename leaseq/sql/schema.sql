@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 9
+-- schema version: 10
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -26,7 +26,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (6, 'key_heads'),
   (7, 'unique'),
   (8, 'pauses'),
-  (9, 'schedules');
+  (9, 'schedules'),
+  (10, 'trace_context');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -77,6 +78,8 @@ CREATE TABLE {schema}.jobs (
   unique_for float8,
   unique_states text[],
   debounce_until timestamptz,
+  -- Tracing context of the enqueuing code and of the latest failed attempt (leaseq[otel]).
+  trace_context jsonb,
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
   CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
   -- A running job always has an owner and an expiry; no other state keeps either, so a

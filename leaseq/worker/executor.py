@@ -14,12 +14,14 @@ the sweeper recovers the job.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
 import traceback
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from leaseq.app import App, Task
 from leaseq.client import Client
@@ -37,6 +39,7 @@ from leaseq.worker.inflight import InFlight, Running, abort_detail, job_fields, 
 from leaseq.worker.outage import TRANSIENT, Outage
 
 log = logging.getLogger("leaseq.worker")
+T = TypeVar("T")
 
 
 class Executor:
@@ -132,6 +135,29 @@ class Executor:
                 self.inflight.forget(running)
 
     async def _execute(self, running: Running) -> Lease | Failure:
+        tracing = self.app.tracing
+        if tracing is None:
+            return await self._attempt(running)
+        lease = running.lease
+        stored = await self._traces("read", self.client.trace_context(lease.job_id))
+        with tracing.process(lease, stored) as scope:
+            outcome = await self._attempt(running)
+            scope.finished(outcome if isinstance(outcome, Failure) else None)
+        carrier = scope.carrier() if isinstance(outcome, Failure) else None
+        if carrier:
+            await self._traces("write", self.client.record_attempt_trace(lease, carrier))
+        return outcome
+
+    async def _traces(self, what: str, op: Awaitable[T]) -> T | None:
+        """Tracing's own reads and writes never fail an attempt: a lost trace link is
+        logged, the job goes on."""
+        try:
+            return await op
+        except TRANSIENT as exc:
+            log.debug("could not %s a job's trace context: %s", what, exc)
+            return None
+
+    async def _attempt(self, running: Running) -> Lease | Failure:
         lease, ctx, task = running.lease, running.ctx, running.task_def
         if _too_late(running):
             return lease  # dropped: _submit reports nothing under this lease
@@ -151,7 +177,10 @@ class Executor:
                 await task.fn(ctx, running.payload)
             else:
                 loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._threads, _call_sync, running, task)
+                # The thread runs in a copy of this context: a handler's own spans (and
+                # jobs it enqueues) belong to the attempt's trace.
+                call = contextvars.copy_context().run
+                await loop.run_in_executor(self._threads, call, _call_sync, running, task)
         except JobAborted:
             return lease  # the abort decides what is reported
         except Exception as exc:
