@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Unpack
 
+from psycopg import Connection
+
 from leaseq import validate
 from leaseq.errors import ConfigError, ReplayRefused
 from leaseq.models import JobFilter
@@ -22,26 +24,41 @@ from leaseq.unique import ReplayResult
 
 
 class AdminOps(ClientBase):
-    def cancel(self, job_id: int, *, actor: str | None = None, reason: str | None = None) -> bool:
+    def cancel(
+        self,
+        job_id: int,
+        *,
+        actor: str | None = None,
+        reason: str | None = None,
+        connection: Connection[Any] | None = None,
+    ) -> bool:
         """Cancel a pending job now, or ask its worker to stop a running one.
 
-        False when the job does not exist or is already finished.
+        False when the job does not exist or is already finished. With ``connection`` the
+        change joins that connection's open transaction (never committed here).
         """
         params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
-        found = self._rows("job_key", {"id": job_id})
+        found = self._rows("job_key", {"id": job_id}, connection)
         keys = [found[0][0]] if found else []
-        return bool(self._change_jobs("cancel_job", params, keys))
+        return bool(self._change_jobs("cancel_job", params, keys, connection))
 
-    def skip_dead_head(self, job_id: int, *, reason: str, actor: str | None = None) -> bool:
+    def skip_dead_head(
+        self,
+        job_id: int,
+        *,
+        reason: str,
+        actor: str | None = None,
+        connection: Connection[Any] | None = None,
+    ) -> bool:
         """Let an ordering key move past its dead head (which stays dead); audited.
         False when the job is not a dead, keyed, not-yet-skipped job."""
         if not isinstance(reason, str) or not reason.strip():
             raise ConfigError("skipping a dead head needs a reason")
-        found = self._rows("job_key", {"id": job_id})
+        found = self._rows("job_key", {"id": job_id}, connection)
         if not found or found[0][0] is None:
             return False
         params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
-        return bool(self._change_jobs("skip_dead_head", params, [found[0][0]]))
+        return bool(self._change_jobs("skip_dead_head", params, [found[0][0]], connection))
 
     def age_priorities(self, *, interval: float, batch_size: int = 1000) -> int:
         """Priority aging: raise the priority of jobs claimable for a whole ``interval``
@@ -64,18 +81,20 @@ class AdminOps(ClientBase):
         reason: str,
         actor: str | None = None,
         allow_cancelled: bool = False,
+        connection: Connection[Any] | None = None,
     ) -> bool:
         """Bring a dead job back to pending under the same id with a fresh attempt budget.
 
         ``reason`` is required and stored with ``actor`` in the audit trail. False when the
         job does not exist or is not dead (or cancelled, with ``allow_cancelled``). A job
         whose unique key another job holds is not replayed: the refusal is audited
-        (``replay_refused``) and :class:`ReplayRefused` names the holder.
+        (``replay_refused``) and :class:`ReplayRefused` names the holder. With
+        ``connection`` the replay joins that connection's open transaction.
         """
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = job_filter(statuses, job_id=job_id)
         refused: list[tuple[int, int | None, str]] = []
-        done = self._replay_batch(params, reason, actor, 1, refused)
+        done = self._replay_batch(params, reason, actor, 1, refused, connection)
         if refused:
             raise ReplayRefused(refused[0][0], refused[0][2], refused[0][1])
         return bool(done)
@@ -88,13 +107,15 @@ class AdminOps(ClientBase):
         allow_cancelled: bool = False,
         batch_size: int = 500,
         on_progress: Callable[[int], None] | None = None,
+        connection: Connection[Any] | None = None,
         **filters: Unpack[JobFilter],
     ) -> ReplayResult:
         """Replay every dead job matching the filter (queue, task, error_code, older_than,
         newer_than), in batches, each its own short transaction; ``on_progress(n)`` after
         each batch. Returns how many were replayed (a :class:`ReplayResult`, an ``int``);
         jobs whose unique key another job holds are refused (audited, ``replay_refused``),
-        listed in its ``refused``, and the replay goes on."""
+        listed in its ``refused``, and the replay goes on. With ``connection`` every batch
+        runs in that connection's open transaction."""
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = job_filter(statuses, **filters)
         batch = validate.check_int("batch_size", batch_size, 1, 10_000)
@@ -102,7 +123,7 @@ class AdminOps(ClientBase):
         refused: list[tuple[int, int | None, str]] = []
         while True:
             seen = len(refused)
-            done = self._replay_batch(params, reason, actor, batch, refused)
+            done = self._replay_batch(params, reason, actor, batch, refused, connection)
             if not done and len(refused) == seen:
                 break
             total += done
@@ -117,6 +138,7 @@ class AdminOps(ClientBase):
         actor: str | None,
         limit: int,
         refused: list[tuple[int, int | None, str]],
+        connection: Connection[Any] | None = None,
     ) -> int:
         """One batch; appends (job id, holder, key) of each refusal to ``refused``, whose
         jobs the next batches then pass over."""
@@ -130,7 +152,7 @@ class AdminOps(ClientBase):
             "channel": self.channel,
             "skip": [job_id for job_id, _, _ in refused],
         }
-        with self._transaction() as conn:
+        with self._transaction(connection) as conn:
             candidates = self._rows("replay_candidates", params, conn)
             if not candidates:
                 return 0
