@@ -13,6 +13,7 @@ from leaseq.ops.failure import FailureOps
 from leaseq.ops.inspect import InspectOps
 from leaseq.ops.lease import LeaseOps
 from leaseq.ops.pauses import PauseOps
+from leaseq.ops.web import WebOps
 from leaseq.params import COPY_THRESHOLD, notify_channel
 
 __all__ = ["COPY_THRESHOLD", "Client", "notify_channel"]
@@ -25,6 +26,7 @@ class Client(
     InspectOps,
     AdminOps,
     PauseOps,
+    WebOps,
 ):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 
