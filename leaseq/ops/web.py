@@ -45,8 +45,9 @@ class WebOps(ClientBase):
             return [self._rows(name, params, conn, tolerant=tolerant) for name, params in reads]
 
     def web_overview(self) -> tuple[list[QueueStats], list[Pause]]:
-        """Per-queue counts (the ``status`` view, partial indexes only) and the pauses."""
-        stats, pauses = self._web_rows([("queue_stats", None), ("list_pauses", None)])
+        """Per-queue counts (those of ``queue_stats``, read from partial indexes only; at
+        most 1000 queues) and the pauses in force."""
+        stats, pauses = self._web_rows([("web_queue_stats", None), ("list_pauses", None)])
         return [stats_from_row(r) for r in stats], pauses_from_rows(pauses)
 
     def web_throughput(self, window: int = THROUGHPUT_WINDOW) -> dict[str, list[int]]:

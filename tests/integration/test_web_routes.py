@@ -23,7 +23,7 @@ from starlette.routing import Mount
 
 with warnings.catch_warnings():
     # Starlette asks for httpx2 in its test client; httpx works the same for these tests.
-    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
 import leaseq
@@ -171,6 +171,29 @@ def test_hostile_filter_input_is_a_message_and_changes_nothing(
             assert 'class="flash error"' in page.text
     assert rows(dsn, "SELECT count(*), max(id) FROM {s}.jobs", schema) == before
     assert _status(dsn, schema, dead) == "dead"
+
+
+def test_overview_counts_equal_the_status_view_with_blocked_and_scheduled_jobs(
+    client: leaseq.Client,
+) -> None:
+    """web_queue_stats reads pending jobs from two partial indexes instead of the view's
+    scan: blocked keyed jobs (outside the claim index) must still be counted."""
+    _dead(client, queue="k", ordering_key="acct")
+    client.enqueue("t", {}, queue="k", ordering_key="acct")  # blocked behind the dead head
+    client.enqueue("t", {}, queue="k", delay=600)  # scheduled
+    client.enqueue("t", {}, queue="k", ordering_key="other")
+    client.enqueue("t", {}, queue="r")
+    client.claim("r", worker="w")
+    stats, _ = client.web_overview()
+
+    def counts(rows: list[leaseq.QueueStats]) -> list[tuple[Any, ...]]:
+        return [(s.queue, s.ready, s.scheduled, s.running, s.dead, s.near_expiry) for s in rows]
+
+    assert counts(stats) == counts(client.queue_stats())
+    assert [(s.queue, s.ready, s.scheduled, s.running, s.dead) for s in stats] == [
+        ("k", 2, 1, 0, 1),
+        ("r", 0, 0, 1, 0),
+    ]
 
 
 # -- actions ------------------------------------------------------------------------------
