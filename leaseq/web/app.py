@@ -22,6 +22,7 @@ from leaseq.client_async import AsyncClient
 from leaseq.errors import DatabaseUnavailable, LeaseqError
 from leaseq.web.actions import Actions, RefusalPage
 from leaseq.web.context import HERE, Web, make_templates
+from leaseq.web.extras import extra_routes
 from leaseq.web.pages import Pages
 from leaseq.web.security import SECURITY_HEADERS, AuthHook, AuthorizeHook, Csrf, resolve_user
 
@@ -133,6 +134,7 @@ def create_app(
         post("/keys/{job_id}/skip", "skip", actions.skip, keys_refusal),
         post("/pauses/pause", "pause", actions.pause, pauses_refusal),
         post("/pauses/resume", "resume", actions.resume, pauses_refusal),
+        *extra_routes(web),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 

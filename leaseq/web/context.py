@@ -78,8 +78,8 @@ class Web:
             "can": {action: self.allowed(request, action) for action in ACTIONS},
             "message": None,
             "error": None,
-            "has_schedules": hasattr(self.client, "schedules"),
-            "has_limits": hasattr(self.client, "limits"),
+            "has_schedules": callable(getattr(self.client, "schedules", None)),
+            "has_limits": callable(getattr(self.client, "limits", None)),
             **context,
         }
         response = self.templates.TemplateResponse(request, name, full, status_code=status)

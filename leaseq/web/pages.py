@@ -58,7 +58,17 @@ class Pages:
         return self.web.render(request, "_overview.html", await self._overview_context())
 
     async def queue(self, request: Request) -> Response:
-        name = forms.text(request.path_params, "name", "queue") or ""
+        try:
+            name = forms.text(request.path_params, "name", "queue") or ""
+        except forms.BadInput as exc:
+            failed: dict[str, Any] = {
+                "name": "",
+                "row": None,
+                "jobs": [],
+                "pauses": [],
+                "error": str(exc),
+            }
+            return self.web.render(request, "queue.html", failed, 400)
         context = await self._overview_context()
         row = next((r for r in context["rows"] if r["stats"].queue == name), None)
         jobs = await self.web.client.web_jobs(queue=name, limit=20)

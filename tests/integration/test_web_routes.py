@@ -196,6 +196,40 @@ def test_overview_counts_equal_the_status_view_with_blocked_and_scheduled_jobs(
     ]
 
 
+def test_hostile_path_and_form_input_is_a_message_and_changes_nothing(
+    web: TestClient, client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    dead = _dead(client)
+    assert web.get("/queues/" + "q" * 5000).status_code == 400
+    assert web.get("/queues/%E2%9C%93'%25").status_code == 200
+    token = _token(web, "/pauses")
+    for form in (
+        {"scope": "queue", "value": "v" * 5000, "reason": "r"},
+        {"scope": "queue", "value": "a\x00b", "reason": "r"},
+        {"scope": "queue", "value": "q", "reason": "r" * 5000},
+        {"scope": "queue", "value": "q", "reason": "   "},
+        {"scope": "'; DROP TABLE pauses; --", "value": "q", "reason": "r"},
+    ):
+        page = web.post("/pauses/pause", data={"csrf_token": token, **form})
+        assert page.status_code == 400 and 'class="flash error"' in page.text, form
+    for path, extra in [
+        (f"/jobs/{dead}/replay", {"reason": "x" * 5000}),
+        (f"/jobs/{dead}/cancel", {"reason": "x" * 5000}),
+        (f"/keys/{dead}/skip", {"reason": "x" * 5000}),
+        ("/dead/replay", {"reason": "x" * 5000}),
+        ("/dead/replay", {"reason": "ok", "queue": "q" * 5000}),
+        ("/dead/purge", {"reason": "ok", "error_code": "\x00"}),
+        ("/dead/purge", {"reason": "ok", "task": "t" * 201}),
+    ]:
+        page = web.post(path, data={"csrf_token": token, **extra})
+        assert page.status_code == 400, (path, page.status_code)
+    assert (
+        web.post("/jobs/abc/replay", data={"csrf_token": token, "reason": "x"}).status_code == 400
+    )
+    assert client.pauses() == [] and _status(dsn, schema, dead) == "dead"
+    assert [e for e, _ in _events(dsn, schema, dead)] == ["dead"]
+
+
 # -- actions ------------------------------------------------------------------------------
 
 

@@ -4,6 +4,8 @@ the sparkline, and `leaseq web` refusing to serve without auth off loopback."""
 from __future__ import annotations
 
 import base64
+import dataclasses
+import warnings
 
 import pytest
 
@@ -11,9 +13,10 @@ pytest.importorskip("starlette")
 
 from starlette.requests import Request
 
+import leaseq
 from leaseq.cli import main
 from leaseq.cli.web import is_loopback
-from leaseq.web import BasicAuth, forms
+from leaseq.web import BasicAuth, create_app, forms
 from leaseq.web.security import CSRF_COOKIE, Csrf
 
 
@@ -111,3 +114,33 @@ def test_leaseq_web_refuses_a_public_bind_without_auth(
         main(["web", "--host", "0.0.0.0"])
     assert exited.value.code == 2
     assert "set both LEASEQ_WEB_USER and LEASEQ_WEB_PASSWORD" in capsys.readouterr().err
+
+
+@dataclasses.dataclass(frozen=True)
+class _Schedule:
+    name: str
+    cron: str
+    next_run: str | None
+
+
+class _ClientWithSchedules(leaseq.AsyncClient):
+    async def schedules(self) -> list[_Schedule]:
+        return [
+            _Schedule("nightly-report", "0 3 * * *", "2026-01-01 03:00"),
+            _Schedule("x", "*", None),
+        ]
+
+
+def test_schedules_page_appears_only_when_the_client_has_schedules() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    with TestClient(create_app(_ClientWithSchedules("postgresql://unused@127.0.0.1:1/x"))) as tc:
+        page = tc.get("/schedules")
+        assert page.status_code == 200
+        assert "nightly-report" in page.text and "0 3 * * *" in page.text
+        assert 'href="/schedules"' in page.text and 'href="/limits"' not in page.text
+        assert tc.get("/limits").status_code == 404
+    with TestClient(create_app(leaseq.AsyncClient("postgresql://unused@127.0.0.1:1/x"))) as tc:
+        assert tc.get("/schedules").status_code == 404
