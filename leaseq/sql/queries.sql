@@ -1120,8 +1120,11 @@ LIMIT %(limit)s;
 
 -- name: web_statement_timeout
 -- SET LOCAL takes no parameters; set_config(..., true) is the same, scoped to the
--- transaction, so a slow page is cancelled by the server instead of piling up.
-SELECT set_config('statement_timeout', %(ms)s, true);
+-- transaction, so a slow page is cancelled by the server instead of piling up. Custom
+-- plans only: a generic plan of "x IS NULL OR col = x" filters cannot prove a partial
+-- index's predicate (status = 'dead'), and the dashboard's few reads plan in microseconds.
+SELECT set_config('statement_timeout', %(ms)s, true),
+       set_config('plan_cache_mode', 'force_custom_plan', true);
 
 -- name: web_queue_stats
 -- The queue_stats view's figures without its one scan: the view reads pending rows by

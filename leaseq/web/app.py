@@ -90,6 +90,8 @@ def create_app(
     ``base_path`` is the prefix a reverse proxy strips (links are written with it).
     ``close_client`` closes the client when the app shuts down.
     """
+    if not isinstance(client, AsyncClient):
+        raise TypeError("create_app needs a leaseq.AsyncClient (the dashboard is async)")
     web = Web(
         client=client,
         templates=make_templates(),

@@ -144,3 +144,8 @@ def test_schedules_page_appears_only_when_the_client_has_schedules() -> None:
         assert tc.get("/limits").status_code == 404
     with TestClient(create_app(leaseq.AsyncClient("postgresql://unused@127.0.0.1:1/x"))) as tc:
         assert tc.get("/schedules").status_code == 404
+
+
+def test_create_app_refuses_a_sync_client() -> None:
+    with pytest.raises(TypeError, match="AsyncClient"):
+        create_app(leaseq.Client("postgresql://unused@127.0.0.1:1/x"))  # type: ignore[arg-type]
