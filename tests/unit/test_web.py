@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import pathlib
+import sys
 import warnings
 
 import pytest
@@ -15,7 +17,8 @@ from starlette.requests import Request
 
 import leaseq
 from leaseq.cli import main
-from leaseq.cli.web import is_loopback
+from leaseq.cli.web import MISSING_EXTRA, credentials, is_loopback
+from leaseq.errors import ConfigError
 from leaseq.web import BasicAuth, create_app, forms
 from leaseq.web.security import CSRF_COOKIE, Csrf
 
@@ -149,3 +152,27 @@ def test_schedules_page_appears_only_when_the_client_has_schedules() -> None:
 def test_create_app_refuses_a_sync_client() -> None:
     with pytest.raises(TypeError, match="AsyncClient"):
         create_app(leaseq.Client("postgresql://unused@127.0.0.1:1/x"))  # type: ignore[arg-type]
+
+
+def test_password_file_and_missing_extra_are_one_line_errors(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: pathlib.Path,
+) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("hunter2\n")
+    assert credentials("ops", str(secret)) == ("ops", "hunter2")
+    with pytest.raises(ConfigError, match="go together"):
+        credentials("ops", None)
+    with pytest.raises(ConfigError, match="cannot read --password-file"):
+        credentials("ops", str(tmp_path / "missing"))
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ConfigError, match="password is empty"):
+        credentials("ops", str(tmp_path / "empty"))
+    monkeypatch.delenv("LEASEQ_WEB_USER", raising=False)
+    monkeypatch.delenv("LEASEQ_WEB_PASSWORD", raising=False)
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # the extra is not installed
+    with pytest.raises(SystemExit) as exited:
+        main(["web"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == f"leaseq: error: {MISSING_EXTRA}\n"
