@@ -15,6 +15,7 @@ from leaseq.ops.lease import LeaseOps
 from leaseq.ops.pauses import PauseOps
 from leaseq.ops.schedules import ScheduleOps
 from leaseq.ops.trace import TraceOps
+from leaseq.ops.web import WebOps
 from leaseq.params import COPY_THRESHOLD, notify_channel
 
 __all__ = ["COPY_THRESHOLD", "Client", "notify_channel"]
@@ -29,6 +30,7 @@ class Client(
     PauseOps,
     ScheduleOps,
     TraceOps,
+    WebOps,
 ):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 

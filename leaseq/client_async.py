@@ -1,11 +1,10 @@
 """AsyncClient: enqueue, claim and every fenced transition, over a psycopg connection pool.
 
 The client is its groups of operations combined (``leaseq.ops``: enqueue, the lease
-protocol, failures and the sweep, inspection, operator actions, pauses) over one base that owns
-protocol, failures and the sweep, inspection, operator actions, schedules) over one base that owns
-the pool. ``leaseq/client.py`` (the sync ``Client``) is generated from this file, and each
-``leaseq/ops/*_async.py`` to its sync twin, by ``tools/gen_sync.py``; a test fails when
-they disagree.
+protocol, failures and the sweep, inspection, operator actions, pauses, schedules, tracing
+contexts, the dashboard's reads) over one base that owns the pool. ``leaseq/client.py`` (the
+sync ``Client``) is generated from this file, and each ``leaseq/ops/*_async.py`` to its sync
+twin, by ``tools/gen_sync.py``; a test fails when they disagree.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from leaseq.ops.lease_async import AsyncLeaseOps
 from leaseq.ops.pauses_async import AsyncPauseOps
 from leaseq.ops.schedules_async import AsyncScheduleOps
 from leaseq.ops.trace_async import AsyncTraceOps
+from leaseq.ops.web_async import AsyncWebOps
 from leaseq.params import COPY_THRESHOLD, notify_channel
 
 __all__ = ["COPY_THRESHOLD", "AsyncClient", "notify_channel"]
@@ -32,6 +32,7 @@ class AsyncClient(
     AsyncPauseOps,
     AsyncScheduleOps,
     AsyncTraceOps,
+    AsyncWebOps,
 ):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 

@@ -25,6 +25,9 @@ from leaseq.errors import EmbeddedError
 DEBIAN_PACKAGES = {
     "pgbouncer": "pgbouncer",
     "ip": "iproute2",
+    # The dashboard's browser test (tests/acceptance/test_web_browser.py), driven by
+    # Playwright pointed at this browser (never `playwright install`).
+    "chromium": "chromium",
 }
 # Debian puts daemons and `ip` in sbin, which a non-root PATH often lacks.
 _SBIN = os.pathsep.join(["/usr/local/sbin", "/usr/sbin", "/sbin"])

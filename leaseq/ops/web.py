@@ -1,0 +1,141 @@
+# Generated from leaseq/ops/web_async.py by tools/gen_sync.py. Do not edit by hand:
+# change the async source and run `python tools/gen_sync.py`.
+"""The web dashboard's reads: every one runs in a short transaction that first sets a
+statement timeout (``web_statement_timeout``), and every one returns a bounded number of
+rows. Actions do not live here: the dashboard calls the same audited operations as the CLI
+(replay, purge, cancel, skip, pause, resume).
+
+The synchronous twin of ``leaseq/ops/web_async.py``; see that file for the logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Unpack
+
+from leaseq import validate
+from leaseq.models import (
+    BlockedKey,
+    EffectRecord,
+    Job,
+    JobEvent,
+    JobFilter,
+    QueueStats,
+    UniqueKeyHolder,
+)
+from leaseq.ops.base import ClientBase, Row
+from leaseq.params import job_filter
+from leaseq.pauses import Pause, pauses_from_rows
+from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_from_row
+
+#: How many of the newest jobs the throughput sparkline looks at (a primary-key range).
+THROUGHPUT_WINDOW = 100_000
+
+
+class WebOps(ClientBase):
+    #: Milliseconds a dashboard statement may run before the server cancels it.
+    web_timeout_ms: int = 5000
+
+    def _web_rows(
+        self, reads: list[tuple[str, Mapping[str, Any] | None]], *, tolerant: bool = False
+    ) -> list[list[Row]]:
+        """Run named reads in one transaction under the dashboard's statement timeout."""
+        with self._transaction() as conn:
+            self._rows("web_statement_timeout", {"ms": str(self.web_timeout_ms)}, conn)
+            return [self._rows(name, params, conn, tolerant=tolerant) for name, params in reads]
+
+    def web_overview(self) -> tuple[list[QueueStats], list[Pause]]:
+        """Per-queue counts (those of ``queue_stats``, read from partial indexes only; at
+        most 1000 queues) and the pauses in force."""
+        stats, pauses = self._web_rows([("web_queue_stats", None), ("list_pauses", None)])
+        return [stats_from_row(r) for r in stats], pauses_from_rows(pauses)
+
+    def web_throughput(self, window: int = THROUGHPUT_WINDOW) -> dict[str, list[int]]:
+        """Jobs finished per queue in each of the last 60 minutes, oldest minute first,
+        counted among the newest ``window`` jobs (capped: no scan of all history)."""
+        params = {"window": validate.check_int("window", window, 1, 10_000_000)}
+        (rows,) = self._web_rows([("web_throughput", params)])
+        series: dict[str, list[int]] = {}
+        for queue, minute, count in rows:
+            series.setdefault(queue, [0] * 60)[59 - int(minute)] += int(count)
+        return series
+
+    def web_jobs(
+        self,
+        *,
+        statuses: list[str] | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        error_code: str | None = None,
+        ordering_key: str | None = None,
+        unique_key: str | None = None,
+        payload: str | None = None,
+        before: int | None = None,
+        limit: int = 50,
+    ) -> list[Job]:
+        """One page of the job list, newest first; ``before`` is the previous page's last
+        id (keyset pagination). ``payload`` is JSON text matched with ``@>``."""
+        params = {
+            "statuses": statuses,
+            "queue": queue,
+            "task": task,
+            "error_code": error_code,
+            "ordering_key": ordering_key,
+            "unique_key": unique_key,
+            "payload": payload,
+            "before": before,
+            "limit": validate.check_int("limit", limit, 1, 500),
+        }
+        (rows,) = self._web_rows([("web_jobs", params)], tolerant=True)
+        return [job_from_row(r) for r in rows]
+
+    def web_dead(
+        self, *, limit: int = 50, cap: int = 10_000, **filters: Unpack[JobFilter]
+    ) -> tuple[list[Job], int]:
+        """Dead jobs matching the operator filter (newest first) and how many match,
+        counted up to ``cap`` (the dry run of a bulk replay or purge)."""
+        params = job_filter(["dead"], **filters)
+        listed, counted = self._web_rows(
+            [
+                ("list_jobs", {**params, "limit": validate.check_int("limit", limit, 1, 500)}),
+                ("web_count_dead", {**params, "cap": validate.check_int("cap", cap, 1, 10**7)}),
+            ],
+            tolerant=True,
+        )
+        return [job_from_row(r) for r in listed], int(counted[0][0])
+
+    def web_job(
+        self, job_id: int
+    ) -> tuple[Job, list[JobEvent], list[EffectRecord], UniqueKeyHolder | None, str | None] | None:
+        """One job with its whole trail, effects, unique key holder and ordering key."""
+        params = {"id": validate.check_int("job id", job_id, 1, 2**63 - 1)}
+        job, events, effects, unique, ordering = self._web_rows(
+            [
+                ("get_job", params),
+                ("job_events", params),
+                ("job_effects", params),
+                ("unique_key_of_job", params),
+                ("web_job_ordering_key", params),
+            ],
+            tolerant=True,
+        )
+        if not job:
+            return None
+        holder = UniqueKeyHolder(*unique[0]) if unique and unique[0][0] is not None else None
+        return (
+            job_from_row(job[0]),
+            [event_from_row(r) for r in events],
+            [effect_from_row(r) for r in effects],
+            holder,
+            ordering[0][0] if ordering else None,
+        )
+
+    def web_blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:
+        """Ordering keys held up by a dead head, oldest first."""
+        params = {"limit": validate.check_int("limit", limit, 1, 1000)}
+        (rows,) = self._web_rows([("blocked_keys", params)])
+        return [BlockedKey(*r) for r in rows]
+
+    def web_pauses(self) -> list[Pause]:
+        (rows,) = self._web_rows([("list_pauses", None)])
+        return pauses_from_rows(rows)

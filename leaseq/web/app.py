@@ -1,0 +1,159 @@
+"""``create_app``: the dashboard as one Starlette app, with its routes, the guard every
+request passes (authentication, then the security headers on every response, errors
+included) and the mapping of a timed-out or unreachable database to a page, never a 500.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import psycopg
+from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from leaseq.client_async import AsyncClient
+from leaseq.errors import DatabaseUnavailable, LeaseqError
+from leaseq.web.actions import Actions, RefusalPage
+from leaseq.web.context import HERE, Web, make_templates
+from leaseq.web.extras import extra_routes
+from leaseq.web.pages import Pages
+from leaseq.web.security import SECURITY_HEADERS, AuthHook, AuthorizeHook, Csrf, resolve_user
+
+
+class Guard:
+    """Authenticates every request (401 without a user) and adds the security headers to
+    every response."""
+
+    def __init__(self, app: ASGIApp, auth: AuthHook | None, challenge: bool) -> None:
+        self.app = app
+        self.auth = auth
+        self.challenge = challenge
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                for name, value in SECURITY_HEADERS.items():
+                    if name.lower().encode() not in present:
+                        headers.append((name.lower().encode(), value.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        user = await resolve_user(self.auth, Request(scope))
+        if user is None:
+            challenge = {"WWW-Authenticate": 'Basic realm="leaseq"'} if self.challenge else {}
+            denied = PlainTextResponse("authentication required\n", 401, headers=challenge)
+            await denied(scope, receive, send_with_headers)
+            return
+        scope["leaseq_user"] = user
+        await self.app(scope, receive, send_with_headers)
+
+
+def _problem(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        text = "the database took longer than the dashboard's statement timeout; narrow the filter"
+        return PlainTextResponse(text + "\n", 503)
+    if isinstance(exc, DatabaseUnavailable | psycopg.OperationalError):
+        return PlainTextResponse(f"database unavailable: {str(exc).splitlines()[0]}\n", 503)
+    return PlainTextResponse(f"{exc}\n", 400)
+
+
+def create_app(
+    client: AsyncClient,
+    *,
+    auth: AuthHook | None = None,
+    authorize: AuthorizeHook | None = None,
+    read_only: bool = False,
+    base_path: str = "",
+    csrf_secret: bytes | None = None,
+    close_client: bool = False,
+) -> Starlette:
+    """The dashboard over ``client``'s schema, as an ASGI app to run or mount.
+
+    ``auth(request)`` returns the user (any value; its text is the audit trail's actor) or
+    None to refuse the request with 401; it may be async (see
+    :class:`leaseq.web.BasicAuth`). Without it every request is served as "local":
+    only do that on loopback. ``authorize(user, action)`` decides each action (replay,
+    purge, cancel, skip, pause, resume). ``read_only`` hides and refuses all of them.
+    ``base_path`` is the prefix a reverse proxy strips (links are written with it).
+    ``close_client`` closes the client when the app shuts down.
+    """
+    if not isinstance(client, AsyncClient):
+        raise TypeError("create_app needs a leaseq.AsyncClient (the dashboard is async)")
+    web = Web(
+        client=client,
+        templates=make_templates(),
+        csrf=Csrf(csrf_secret),
+        auth=auth,
+        authorize=authorize,
+        read_only=read_only,
+        base_path=base_path.rstrip("/"),
+    )
+    pages = Pages(web)
+    actions = Actions(web, pages)
+
+    async def job_refusal(request: Request, form: FormData, error: str, status: int) -> Response:
+        return await pages.job_page(request, error=error, status=status)
+
+    async def dead_refusal(request: Request, form: FormData, error: str, status: int) -> Response:
+        return await pages.dead_page(request, form, error=error, status=status)
+
+    async def keys_refusal(request: Request, form: FormData, error: str, status: int) -> Response:
+        return await pages.keys_page(request, error=error, status=status)
+
+    async def pauses_refusal(request: Request, form: FormData, error: str, status: int) -> Response:
+        return await pages.pauses_page(request, error=error, status=status)
+
+    def post(path: str, action: str, handler: Any, page: RefusalPage) -> Route:
+        endpoint: Callable[[Request], Awaitable[Response]] = actions.guarded(action, handler, page)
+        return Route(path, endpoint, methods=["POST"])
+
+    routes = [
+        Route("/", pages.overview),
+        Route("/partials/overview", pages.overview_fragment),
+        Route("/queues/{name}", pages.queue),
+        Route("/jobs", pages.jobs),
+        Route("/jobs/{job_id}", pages.job),
+        Route("/dead", pages.dead),
+        Route("/keys", pages.keys),
+        Route("/pauses", pages.pauses),
+        post("/jobs/{job_id}/replay", "replay", actions.replay, job_refusal),
+        post("/jobs/{job_id}/cancel", "cancel", actions.cancel, job_refusal),
+        post("/dead/replay", "replay", actions.dead_bulk, dead_refusal),
+        post("/dead/purge", "purge", actions.dead_bulk, dead_refusal),
+        post("/keys/{job_id}/skip", "skip", actions.skip, keys_refusal),
+        post("/pauses/pause", "pause", actions.pause, pauses_refusal),
+        post("/pauses/resume", "resume", actions.resume, pauses_refusal),
+        *extra_routes(web),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        if close_client:
+            await client.close()
+
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            LeaseqError: _problem,
+            psycopg.Error: _problem,
+        },
+    )
+    app.add_middleware(Guard, auth=auth, challenge=bool(getattr(auth, "challenge", False)))
+    app.state.web = web
+    return app

@@ -1,0 +1,145 @@
+"""Pure helpers of the dashboard: reading and checking what a user typed into a filter or a
+form (one clear message for bad input, never a query with it), and formatting (ages, the
+inline-SVG sparkline). No I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from markupsafe import Markup
+
+from leaseq.states import JobStatus
+
+#: The longest text filter: keys, names and codes are all bounded at or below this.
+MAX_TEXT = 200
+#: The longest payload filter (JSON text).
+MAX_PAYLOAD = 2000
+#: The longest reason for an action (the audit trail bounds details at 4000).
+MAX_REASON = 1000
+
+TEXT_FILTERS = {
+    "queue": "queue",
+    "task": "task",
+    "error_code": "error code",
+    "ordering_key": "ordering key",
+    "unique_key": "unique key",
+}
+STATES = [str(s) for s in JobStatus]
+
+
+class BadInput(ValueError):
+    """What the user typed cannot be used; the message says why, in one line."""
+
+
+def _shown(value: str) -> str:
+    return value if len(value) <= 40 else value[:40] + "…"
+
+
+def text(form: Mapping[str, Any], name: str, label: str, limit: int = MAX_TEXT) -> str | None:
+    """A text field, stripped; None when empty. Refuses overlong or control characters."""
+    raw = form.get(name)
+    if raw is None:
+        return None
+    value = str(raw).strip()
+    if not value:
+        return None
+    if len(value) > limit:
+        raise BadInput(f"{label} is too long ({len(value)} characters, at most {limit})")
+    if any(ord(c) < 32 and c not in "\t\n\r" for c in value) or "\x7f" in value:
+        raise BadInput(f"{label} contains control characters")
+    return value
+
+
+def job_id(raw: object, label: str = "job id") -> int:
+    value = str(raw or "").strip()
+    if not value.isascii() or not value.isdigit() or len(value) > 18 or int(value) < 1:
+        raise BadInput(f"{label} must be a positive whole number, not {_shown(value)!r}")
+    return int(value)
+
+
+def state(form: Mapping[str, Any]) -> str | None:
+    value = text(form, "state", "state")
+    if value is not None and value not in STATES:
+        raise BadInput(f"unknown state {_shown(value)!r} (one of {', '.join(STATES)})")
+    return value
+
+
+def payload(form: Mapping[str, Any]) -> str | None:
+    """The payload containment filter as normalized JSON text (an object or an array)."""
+    value = text(form, "payload", "payload filter", MAX_PAYLOAD)
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict | list):
+        raise BadInput('payload filter must be a JSON object, e.g. {"user": 7}')
+    normalized = json.dumps(parsed, ensure_ascii=False)
+    if "\\u0000" in normalized:
+        raise BadInput("payload filter contains a NUL character")
+    return normalized
+
+
+def job_filters(form: Mapping[str, Any]) -> dict[str, Any]:
+    """The job list's filters, checked: state, the text filters, payload, before."""
+    found: dict[str, Any] = {name: text(form, name, label) for name, label in TEXT_FILTERS.items()}
+    found["state"] = state(form)
+    found["payload"] = payload(form)
+    before = form.get("before")
+    found["before"] = job_id(before, "before") if before else None
+    return found
+
+
+def dead_filters(form: Mapping[str, Any]) -> dict[str, Any]:
+    """The dead list's filter (what a bulk replay or purge acts on)."""
+    return {name: text(form, name, TEXT_FILTERS[name]) for name in ("queue", "task", "error_code")}
+
+
+def reason(form: Mapping[str, Any], verb: str) -> str:
+    value = text(form, "reason", "reason", MAX_REASON)
+    if value is None:
+        raise BadInput(f"{verb} needs a reason (it is kept in the audit trail)")
+    return value
+
+
+def age(seconds: float | None) -> str:
+    """``95.0`` -> ``1m 35s``; empty for nothing."""
+    if seconds is None or seconds <= 0:
+        return "-"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{secs}s" if whole else f"{seconds:.1f}s"
+
+
+def when(value: dt.datetime | None) -> str:
+    return value.isoformat(sep=" ", timespec="seconds") if value is not None else ""
+
+
+def sparkline(counts: list[int], width: int = 120, height: int = 24) -> Markup:
+    """An inline SVG polyline of ``counts`` (no script, no style attribute: CSP-clean)."""
+    if not counts:
+        counts = [0]
+    top = max(counts) or 1
+    step = width / max(len(counts) - 1, 1)
+    points = " ".join(
+        f"{i * step:.1f},{height - 1 - (c / top) * (height - 2):.1f}" for i, c in enumerate(counts)
+    )
+    return Markup(
+        f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}"'
+        f' role="img" aria-label="jobs finished per minute, last hour (max {top})">'
+        f'<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="{points}"/>'
+        "</svg>"
+    )

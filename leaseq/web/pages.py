@@ -1,0 +1,190 @@
+"""The dashboard's pages (GET): overview (and its live-refresh fragment), queue detail, the
+job list, job detail, dead jobs, blocked ordering keys and pauses. Each reads through the
+client's ``web_*`` operations (statement timeout, bounded rows); bad filter input is a
+message on the page, never a query.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from leaseq.models import Job, QueueStats
+from leaseq.web import forms
+from leaseq.web.context import Web
+
+PAGE_SIZE = 50
+
+
+def payload_text(web: Web, job: Job) -> str:
+    """The payload as readable JSON, passed through the client's redaction hook."""
+    if job.unreadable is not None and isinstance(job.payload, str):
+        shown = job.payload
+    else:
+        shown = json.dumps(job.payload, indent=2, ensure_ascii=False, default=str)
+    return web.client.redact(shown) if web.client.redact is not None else shown
+
+
+class Pages:
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    async def _overview_context(self) -> dict[str, Any]:
+        stats, pauses = await self.web.client.web_overview()
+        series = await self.web.client.web_throughput()
+        known = {s.queue for s in stats}
+        stats += [QueueStats(q, 0, 0, 0, 0, 0.0, 0.0, 0) for q in series if q not in known]
+        stats.sort(key=lambda s: s.queue)
+        paused = {p.value for p in pauses if p.scope == "queue"}
+        rows = [
+            {
+                "stats": s,
+                "paused": s.queue in paused,
+                "series": series.get(s.queue, [0] * 60),
+                "last_hour": sum(series.get(s.queue, [])),
+                "last_minute": (series.get(s.queue) or [0])[-1],
+            }
+            for s in stats
+        ]
+        return {"rows": rows, "pauses": pauses}
+
+    async def overview(self, request: Request) -> Response:
+        return self.web.render(request, "overview.html", await self._overview_context())
+
+    async def overview_fragment(self, request: Request) -> Response:
+        return self.web.render(request, "_overview.html", await self._overview_context())
+
+    async def queue(self, request: Request) -> Response:
+        try:
+            name = forms.text(request.path_params, "name", "queue") or ""
+        except forms.BadInput as exc:
+            failed: dict[str, Any] = {
+                "name": "",
+                "row": None,
+                "jobs": [],
+                "pauses": [],
+                "error": str(exc),
+            }
+            return self.web.render(request, "queue.html", failed, 400)
+        context = await self._overview_context()
+        row = next((r for r in context["rows"] if r["stats"].queue == name), None)
+        jobs = await self.web.client.web_jobs(queue=name, limit=20)
+        pauses = [p for p in context["pauses"] if p.scope == "queue" and p.value == name]
+        return self.web.render(
+            request, "queue.html", {"name": name, "row": row, "jobs": jobs, "pauses": pauses}
+        )
+
+    async def jobs(self, request: Request) -> Response:
+        query = request.query_params
+        shown = {k: query.get(k, "") for k in ("state", *forms.TEXT_FILTERS, "payload")}
+        try:
+            found = forms.job_filters(query)
+        except forms.BadInput as exc:
+            context: dict[str, Any] = {
+                "jobs": [],
+                "filters": shown,
+                "next_before": None,
+                "error": str(exc),
+            }
+            return self.web.render(request, "jobs.html", context, status=400)
+        state = found.pop("state")
+        jobs = await self.web.client.web_jobs(
+            statuses=[state] if state else None, limit=PAGE_SIZE, **found
+        )
+        next_before = jobs[-1].job_id if len(jobs) == PAGE_SIZE else None
+        context = {"jobs": jobs, "filters": shown, "next_before": next_before}
+        return self.web.render(request, "jobs.html", context)
+
+    async def job(self, request: Request) -> Response:
+        return await self.job_page(request)
+
+    async def job_page(
+        self,
+        request: Request,
+        message: str | None = None,
+        error: str | None = None,
+        status: int = 200,
+    ) -> Response:
+        try:
+            job_id = forms.job_id(request.path_params.get("job_id"))
+        except forms.BadInput as exc:
+            return self.web.render(request, "job.html", {"job": None, "error": str(exc)}, 400)
+        found = await self.web.client.web_job(job_id)
+        if found is None:
+            context: dict[str, Any] = {
+                "job": None,
+                "job_id": job_id,
+                "error": f"job {job_id} does not exist",
+            }
+            return self.web.render(request, "job.html", context, 404)
+        job, events, effects, holder, ordering_key = found
+        context = {
+            "job": job,
+            "payload": payload_text(self.web, job),
+            "events": events,
+            "effects": effects,
+            "holder": holder,
+            "ordering_key": ordering_key,
+            "message": message,
+            "error": error,
+        }
+        return self.web.render(request, "job.html", context, status)
+
+    async def dead(self, request: Request) -> Response:
+        return await self.dead_page(request, request.query_params)
+
+    async def dead_page(
+        self,
+        request: Request,
+        form: Any,
+        message: str | None = None,
+        error: str | None = None,
+        status: int = 200,
+    ) -> Response:
+        shown = {k: form.get(k, "") for k in ("queue", "task", "error_code")}
+        try:
+            filters = forms.dead_filters(form)
+        except forms.BadInput as exc:
+            context: dict[str, Any] = {"jobs": [], "count": 0, "filters": shown, "error": str(exc)}
+            return self.web.render(request, "dead.html", context, 400)
+        jobs, count = await self.web.client.web_dead(limit=PAGE_SIZE, cap=10_000, **filters)
+        context = {
+            "jobs": jobs,
+            "count": count,
+            "capped": count >= 10_000,
+            "filters": shown,
+            "message": message,
+            "error": error,
+        }
+        return self.web.render(request, "dead.html", context, status)
+
+    async def keys(self, request: Request) -> Response:
+        return await self.keys_page(request)
+
+    async def keys_page(
+        self,
+        request: Request,
+        message: str | None = None,
+        error: str | None = None,
+        status: int = 200,
+    ) -> Response:
+        keys = await self.web.client.web_blocked_keys(limit=100)
+        context: dict[str, Any] = {"keys": keys, "message": message, "error": error}
+        return self.web.render(request, "keys.html", context, status)
+
+    async def pauses(self, request: Request) -> Response:
+        return await self.pauses_page(request)
+
+    async def pauses_page(
+        self,
+        request: Request,
+        message: str | None = None,
+        error: str | None = None,
+        status: int = 200,
+    ) -> Response:
+        pauses = await self.web.client.web_pauses()
+        context: dict[str, Any] = {"pauses": pauses, "message": message, "error": error}
+        return self.web.render(request, "pauses.html", context, status)

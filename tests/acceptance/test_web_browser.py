@@ -1,0 +1,162 @@
+"""The dashboard in a real browser: `leaseq web` (uvicorn, basic auth) on a free loopback
+port, Debian's headless chromium driven by Playwright. Load the overview (its live refresh
+polls under the strict CSP), filter the job list, open a dead job, replay it with a reason,
+see it pending. No page may log a console error (a CSP violation is one).
+
+Screenshots go to the test's temporary directory; with LEASEQ_WEB_SCREENSHOTS=DIR set they
+go to DIR (how docs/screenshots/ is refreshed).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("playwright")
+
+from playwright.sync_api import Page, expect, sync_playwright
+
+import leaseq
+from tests.support.ports import free_port
+from tests.support.requires import tool_path
+
+USER, PASSWORD = "ops", "browser-pw"
+pytestmark = [pytest.mark.slow, pytest.mark.requires("chromium")]
+
+
+def _seed(client: leaseq.Client) -> int:
+    """A few queues with work, history, one blocked key, and a dead job to replay."""
+    for i in range(12):
+        client.enqueue("send_email", {"to": f"user{i}@example.org"}, queue="mail")
+    for i in range(5):
+        client.enqueue("resize", {"image": i}, queue="media", delay=600)
+    for lease in client.claim("mail", worker="host-a:4242", limit=4):
+        client.complete(lease)
+    client.claim("mail", worker="host-a:4242", limit=2)
+    client.enqueue(
+        "charge",
+        {"order": 1, "api_key": "sk_live_abcdef123456"},
+        queue="billing",
+        ordering_key="acct-42",
+    )
+    (lease,) = client.claim("billing", worker="host-b:77")
+    client.fail(lease, "CARD_DECLINED", retryable=False, detail="gateway said no")
+    client.enqueue("charge", {"order": 2}, queue="billing", ordering_key="acct-42")
+    dead = int(client.enqueue("send_email", {"to": "broken@example.org"}, queue="mail"))
+    for lease in client.claim("mail", worker="host-a:4242", limit=20):
+        if lease.job_id == dead:
+            client.fail(lease, "SMTP_REFUSED", retryable=False, detail="550 mailbox unavailable")
+    client.pause("media", reason="image service upgrade", actor="alice")
+    return dead
+
+
+@pytest.fixture()
+def server(dsn: str, schema: str, client: leaseq.Client) -> Iterator[str]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "LEASEQ_DSN": dsn,
+        "LEASEQ_SCHEMA": schema,
+        "LEASEQ_WEB_USER": USER,
+        "LEASEQ_WEB_PASSWORD": PASSWORD,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "leaseq", "web", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    out = proc.stdout.read().decode() if proc.stdout else ""
+                    pytest.fail(f"leaseq web did not start: {out}")
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _shots(tmp_path: pathlib.Path) -> pathlib.Path:
+    target = pathlib.Path(os.environ.get("LEASEQ_WEB_SCREENSHOTS") or tmp_path)
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def test_overview_filter_open_dead_job_replay_it(
+    server: str, client: leaseq.Client, tmp_path: pathlib.Path
+) -> None:
+    dead = _seed(client)
+    shots = _shots(tmp_path)
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=tool_path("chromium"), headless=True, args=["--no-sandbox"]
+        )
+        context = browser.new_context(
+            http_credentials={"username": USER, "password": PASSWORD},
+            viewport={"width": 1100, "height": 640},
+        )
+        page: Page = context.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+        # Overview: every queue, and htmx's poll replaces the table (htmx ran under the CSP).
+        page.goto(server + "/")
+        expect(page.locator("#overview")).to_contain_text("billing")
+        expect(page.locator("#overview")).to_contain_text("paused")
+        assert page.evaluate("typeof htmx") == "object"
+        with page.expect_response(lambda r: "/partials/overview" in r.url, timeout=15_000):
+            pass
+        page.screenshot(path=str(shots / "overview.png"))
+
+        # Job list: filter dead jobs of the mail queue.
+        page.click("text=Jobs")
+        page.select_option("select[name=state]", "dead")
+        page.fill("input[name=queue]", "mail")
+        page.click("form.filters button")
+        expect(page).to_have_url(
+            f"{server}/jobs?state=dead&queue=mail" + "&task=&error_code="
+            "&ordering_key=&unique_key=&payload="
+        )
+        rows = page.locator("tbody tr")
+        expect(rows).to_have_count(1)
+        page.screenshot(path=str(shots / "jobs.png"))
+
+        # Open the dead job, replay it with a reason, see it pending.
+        page.click(f"a[href='/jobs/{dead}']")
+        expect(page.locator("h1")).to_contain_text("dead")
+        expect(page.locator("body")).to_contain_text("SMTP_REFUSED")
+        page.screenshot(path=str(shots / "job.png"), full_page=True)
+        page.fill("form.action input[name=reason]", "mail relay fixed")
+        page.click("text=Replay")
+        expect(page.locator(".flash.ok")).to_contain_text(f"job {dead} replayed: pending")
+        expect(page.locator("h1 .state")).to_have_text("pending")
+        expect(page.locator("body")).to_contain_text("web:ops")
+
+        # The other main pages render under the CSP too.
+        page.goto(server + "/dead")
+        expect(page.locator("body")).to_contain_text("CARD_DECLINED")
+        page.screenshot(path=str(shots / "dead.png"))
+        page.goto(server + "/keys")
+        expect(page.locator("body")).to_contain_text("acct-42")
+        page.goto(server + "/pauses")
+        expect(page.locator("body")).to_contain_text("image service upgrade")
+        page.screenshot(path=str(shots / "pauses.png"))
+        browser.close()
+    job = client.get_job(dead)
+    assert job is not None and job.status == "pending"
+    assert errors == []

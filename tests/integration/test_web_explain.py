@@ -1,0 +1,33 @@
+"""The dashboard's default pages on a 1,000,000-job table: EXPLAIN every read they send
+(with the values they bind) and fail on a sequential scan of the jobs table, which on a
+big history is what turns a dashboard into a 45-second page (good_job#1366)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import leaseq
+from bench.web import explain, fill_history
+
+pytestmark = pytest.mark.slow
+
+MILLION = 1_000_000
+
+
+def test_default_pages_never_scan_the_jobs_table(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    fill_history(dsn, schema, MILLION)
+    dead = client.list_jobs("dead", limit=1)
+    assert dead, "the history has dead jobs"
+    plans = explain(dsn, client, dead[0].job_id)
+    scans = {
+        name: plan
+        for name, plan in plans.items()
+        if re.search(rf"Seq Scan on (\"?{schema}\"?\.)?jobs\b", plan)
+    }
+    assert not scans, "sequential scans of jobs:\n" + "\n\n".join(
+        f"{name}:\n{plan}" for name, plan in scans.items()
+    )
