@@ -24,6 +24,7 @@ from leaseq.web.actions import Actions, RefusalPage
 from leaseq.web.context import HERE, Web, make_templates
 from leaseq.web.extras import extra_routes
 from leaseq.web.pages import Pages
+from leaseq.web.schedules import SchedulePages
 from leaseq.web.security import SECURITY_HEADERS, AuthHook, AuthorizeHook, Csrf, resolve_user
 
 
@@ -120,6 +121,15 @@ def create_app(
         endpoint: Callable[[Request], Awaitable[Response]] = actions.guarded(action, handler, page)
         return Route(path, endpoint, methods=["POST"])
 
+    schedule_routes: list[Route] = []
+    if callable(getattr(client, "schedules", None)):
+        sp = SchedulePages(web)
+        schedule_routes = [
+            Route("/schedules", sp.page),
+            post("/schedules/{name}/run", "schedule", sp.run_now, sp.refusal),
+            post("/schedules/{name}/enable", "schedule", sp.enable, sp.refusal),
+            post("/schedules/{name}/disable", "schedule", sp.disable, sp.refusal),
+        ]
     routes = [
         Route("/", pages.overview),
         Route("/partials/overview", pages.overview_fragment),
@@ -136,6 +146,7 @@ def create_app(
         post("/keys/{job_id}/skip", "skip", actions.skip, keys_refusal),
         post("/pauses/pause", "pause", actions.pause, pauses_refusal),
         post("/pauses/resume", "resume", actions.resume, pauses_refusal),
+        *schedule_routes,
         *extra_routes(web),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]

@@ -20,7 +20,7 @@ from leaseq.web.security import CSRF_COOKIE, CSRF_FIELD, AuthHook, AuthorizeHook
 HERE = pathlib.Path(__file__).resolve().parent
 
 #: Every action the dashboard offers (the names ``authorize`` is asked about).
-ACTIONS = ("replay", "purge", "cancel", "skip", "pause", "resume")
+ACTIONS = ("replay", "purge", "cancel", "skip", "pause", "resume", "schedule")
 
 
 def make_templates() -> Jinja2Templates:

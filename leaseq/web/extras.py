@@ -1,4 +1,5 @@
-"""Pages for capabilities this client may not have yet: schedules and limits. Each page
+"""Pages for capabilities this client may not have yet (limits; schedules have their own
+page in ``schedules.py``). Each page
 (its route and its link in the navigation) exists only when the client has the operation,
 ``client.schedules()`` / ``client.limits()``; its rows are shown field by field, whatever
 their type (data classes, mappings, tuples), at most 1000 of them. Their actions (run now,
@@ -19,7 +20,7 @@ from starlette.routing import Route
 from leaseq.web.context import Web
 
 #: Client operation -> page title.
-EXTRA_PAGES = {"schedules": "Schedules", "limits": "Limits"}
+EXTRA_PAGES = {"limits": "Limits"}
 MAX_ROWS = 1000
 
 

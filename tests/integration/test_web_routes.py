@@ -405,3 +405,44 @@ def test_statement_timeout_is_a_503_message_not_a_500(
             assert page.headers["x-frame-options"] == "DENY"
         blocker.rollback()
         assert tc.get("/jobs").status_code == 200
+
+
+def test_schedules_page_runs_enables_and_disables_through_the_audited_api(
+    web: TestClient, dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    client.schedule_add("nightly", task="t", cron="0 3 * * *", tz="Europe/Berlin", reason="new")
+    page = web.get("/schedules")
+    assert page.status_code == 200
+    assert "nightly" in page.text and "Europe/Berlin" in page.text
+    token = _token(web, "/schedules")
+    ran = web.post("/schedules/nightly/run", data={"csrf_token": token, "reason": "catch up"})
+    assert ran.status_code == 200 and "enqueued" in ran.text
+    job_id = int(re.search(r"job (\d+) enqueued", ran.text).group(1))  # type: ignore[union-attr]
+    assert _status(dsn, schema, job_id) == "pending"
+    off = web.post("/schedules/nightly/disable", data={"csrf_token": token, "reason": "maint"})
+    assert off.status_code == 200 and "disabled" in off.text
+    (schedule,) = client.schedules()
+    assert not schedule.enabled
+    again = web.post("/schedules/nightly/disable", data={"csrf_token": token, "reason": "maint"})
+    assert again.status_code == 409 and "already disabled" in again.text
+    # Refusals change nothing: no reason, an unknown schedule, no CSRF token.
+    assert web.post("/schedules/nightly/enable", data={"csrf_token": token}).status_code == 400
+    unknown = web.post("/schedules/nope/enable", data={"csrf_token": token, "reason": "x"})
+    assert unknown.status_code == 409
+    assert web.post("/schedules/nightly/enable", data={"reason": "x"}).status_code == 403
+    assert not client.schedules()[0].enabled
+    actions = [(e.action, e.actor) for e in client.admin_events(scope="schedule", value="nightly")]
+    assert ("schedule.run", "web:ops") in actions and ("schedule.disable", "web:ops") in actions
+
+
+def test_schedule_actions_are_refused_in_read_only_mode(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    client.schedule_add("hourly", task="t", every=3600, reason="new")
+    with TestClient(_app(dsn, schema, read_only=True), headers=HEADERS) as tc:
+        page = tc.get("/schedules")
+        assert "hourly" in page.text and "Run now" not in page.text
+        token = tc.cookies.get(CSRF_COOKIE)  # no form on the page: the cookie's own token
+        refused = tc.post("/schedules/hourly/disable", data={"csrf_token": token, "reason": "x"})
+        assert refused.status_code == 403 and "read-only" in refused.text
+    assert client.schedules()[0].enabled

@@ -120,40 +120,33 @@ def test_leaseq_web_refuses_a_public_bind_without_auth(
 
 
 @dataclasses.dataclass(frozen=True)
-class _Schedule:
+class _Limit:
     name: str
-    cron: str
-    next_run: str | None
+    concurrency: int
+    in_use: int | None
 
 
-class _ClientWithSchedules(leaseq.AsyncClient):
-    limits = None  # a client without the operation (whatever the real client has)
-
-    async def schedules(self) -> list[_Schedule]:  # type: ignore[override]
-        return [
-            _Schedule("nightly-report", "0 3 * * *", "2026-01-01 03:00"),
-            _Schedule("x", "*", None),
-        ]
+class _ClientWithLimits(leaseq.AsyncClient):
+    async def limits(self) -> list[_Limit]:
+        return [_Limit("queue:mail", 5, 2), _Limit("key:x", 1, None)]
 
 
 class _ClientWithout(leaseq.AsyncClient):
-    schedules = None  # type: ignore[assignment]
     limits = None
 
 
-def test_schedules_page_appears_only_when_the_client_has_schedules() -> None:
+def test_an_extra_page_appears_only_when_the_client_has_the_operation() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from starlette.testclient import TestClient
 
-    with TestClient(create_app(_ClientWithSchedules("postgresql://unused@127.0.0.1:1/x"))) as tc:
-        page = tc.get("/schedules")
+    with TestClient(create_app(_ClientWithLimits("postgresql://unused@127.0.0.1:1/x"))) as tc:
+        page = tc.get("/limits")
         assert page.status_code == 200
-        assert "nightly-report" in page.text and "0 3 * * *" in page.text
-        assert 'href="/schedules"' in page.text and 'href="/limits"' not in page.text
-        assert tc.get("/limits").status_code == 404
+        assert "queue:mail" in page.text
+        assert 'href="/limits"' in page.text
     with TestClient(create_app(_ClientWithout("postgresql://unused@127.0.0.1:1/x"))) as tc:
-        assert tc.get("/schedules").status_code == 404
+        assert tc.get("/limits").status_code == 404
 
 
 def test_create_app_refuses_a_sync_client() -> None:
