@@ -7,11 +7,16 @@ Each case starts a pair of its own (a few seconds), never the shared test server
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import pathlib
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 
+import leaseq
+from tests.support.procs import WorkerProcess, wait_for
 from tests.support.replication import ReplicaPair, server_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.requires("postgres-server")]
@@ -36,3 +41,82 @@ def test_a_commit_after_the_cut_is_lost_by_the_promoted_standby(pair: ReplicaPai
     with psycopg.connect(pair.multi_host_dsn(), autocommit=True) as conn:
         assert server_port(conn) == pair.standby_port
         assert conn.execute("SELECT array_agg(x) FROM t").fetchone() == ([1],)
+
+
+def _statuses(dsn: str, schema: str) -> dict[str, int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = conn.execute(
+            f'SELECT status::text, count(*) FROM "{schema}".jobs GROUP BY 1'
+        ).fetchall()
+    return {str(status): int(count) for status, count in found}
+
+
+def _managed_switchover(pair: ReplicaPair) -> None:
+    """The old primary turns read-only with its sessions still open, then the standby,
+    caught up, is promoted: what Patroni or a cloud service does on a switchover."""
+    pair.wait_caught_up()
+    pair.read_only_primary()
+    pair.promote()
+
+
+def test_read_only_old_primary_connections_are_dropped_and_the_pool_finds_the_new_one(
+    pair: ReplicaPair,
+) -> None:
+    client = leaseq.Client(pair.multi_host_dsn(), schema="ha")
+    try:
+        client.migrate()
+        first = client.enqueue("noop")
+        with contextlib.ExitStack() as stack:  # three pooled connections to the old primary
+            for _ in range(3):
+                conn = stack.enter_context(client.connection())
+                assert server_port(conn) == pair.primary_port
+        _managed_switchover(pair)
+
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            client.enqueue("noop")
+        # No pooled connection to the read-only server is handed out again: every later
+        # write lands on the new primary, which has the job enqueued before the switch.
+        later = [client.enqueue("noop") for _ in range(5)]
+        with client.connection() as conn:
+            assert server_port(conn) == pair.standby_port
+        assert client.get_job(first) is not None
+        assert all(client.get_job(job_id) is not None for job_id in later)
+    finally:
+        client.close()
+
+
+def test_multi_host_dsn_without_read_write_target_warns_once(
+    pair: ReplicaPair, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="leaseq.dsn")
+    for _ in range(2):
+        with leaseq.Client(pair.multi_host_dsn(attrs=None), schema="ha") as client:
+            client.migrate()
+    assert len([r for r in caplog.records if "target_session_attrs" in r.message]) == 1
+
+
+@pytest.mark.parametrize("how", ["read_only", "fast_stop"])
+def test_worker_follows_a_failover_without_a_restart(
+    pair: ReplicaPair, tmp_path: pathlib.Path, how: str
+) -> None:
+    dsn = pair.multi_host_dsn()
+    with leaseq.Client(dsn, schema="ha") as client:
+        client.migrate()
+        client.enqueue_many([{"task": "noop"}] * 20)
+    args = ("--poll-interval", "0.1", "--queue", "default")
+    with WorkerProcess(dsn, "ha", *args, log_dir=tmp_path) as worker:
+        wait_for(lambda: _statuses(pair.primary_dsn, "ha").get("succeeded") == 20, 30, "drain")
+        if how == "read_only":
+            _managed_switchover(pair)  # sessions see SQLSTATE 25006 on their next write
+        else:
+            pair.wait_caught_up()
+            pair.stop_primary()  # sessions are ended with SQLSTATE 57P01
+            pair.promote()
+        with leaseq.Client(dsn, schema="ha") as client:
+            client.enqueue_many([{"task": "noop"}] * 20)
+        wait_for(
+            lambda: _statuses(pair.standby_dsn, "ha").get("succeeded") == 40,
+            60,
+            "the same worker to drain the new primary",
+        )
+        assert worker.proc.poll() is None, worker.output()
