@@ -16,6 +16,7 @@ from leaseq.models import Heartbeat, Lease
 from leaseq.ops.base_async import AsyncClientBase
 from leaseq.params import detail, fence_groups, unclaimable_params
 from leaseq.rows import Unclaimable, leases_from_rows
+from leaseq.states import JobStatus
 
 log = logging.getLogger("leaseq.jobs")
 
@@ -130,6 +131,18 @@ class AsyncLeaseOps(AsyncClientBase):
         handler's own writes there commit together with it, or not at all.
         """
         return lease.job_id in await self.complete_many([lease], connection=connection)
+
+    async def attempts_ended(self, leases: Sequence[Lease]) -> dict[int, JobStatus]:
+        """Which of these attempts have ended, with the job's status now: the re-read after
+        a fenced write whose commit may or may not have happened (never assume either)."""
+        if not leases:
+            return {}
+        params = {
+            "ids": [lease.job_id for lease in leases],
+            "tokens": [lease.token for lease in leases],
+        }
+        rows = await self._rows("attempts_ended", params)
+        return {int(row[0]): JobStatus(row[1]) for row in rows}
 
     async def effect_start(self, lease: Lease, name: str, key: str) -> bool:
         """Record an effect as started, fenced by the lease; False means the lease is lost."""

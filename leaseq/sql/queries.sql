@@ -963,6 +963,17 @@ SET status = %(status)s, finished_at = now(), result = %(result)s::jsonb, error 
 WHERE job_id = %(id)s AND name = %(name)s AND key = %(key)s AND lease_token = %(token)s
 RETURNING 1;
 
+-- name: attempts_ended
+-- The re-read after a fenced write whose outcome is unknown (its commit was cut by a
+-- timeout, e.g. a synchronous commit waiting for a standby, or the connection broke): a
+-- job still at the lease's token but no longer running was ended under that lease, by the
+-- write in doubt (or, for a failure, by the sweep once the lease had expired); the row
+-- says how. A job at another token was claimed again: the write surely did not count.
+SELECT j.id, j.status::text
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS l(id, token)
+JOIN {schema}.jobs AS j ON j.id = l.id
+WHERE j.lease_token = l.token AND j.status <> 'running';
+
 -- name: job_effects
 SELECT name, key, status, attempt, lease_token, started_at, finished_at, result, error
 FROM {schema}.job_effects

@@ -7,15 +7,19 @@ Each case starts a pair of its own (a few seconds), never the shared test server
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import pathlib
+import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 
 import leaseq
+from leaseq.states import JobStatus
+from leaseq.worker.completer import Completer
 from tests.support.procs import WorkerProcess, wait_for
 from tests.support.replication import ReplicaPair, server_port
 
@@ -120,3 +124,32 @@ def test_worker_follows_a_failover_without_a_restart(
             "the same worker to drain the new primary",
         )
         assert worker.proc.poll() is None, worker.output()
+
+
+async def test_completion_cut_while_waiting_for_a_stopped_standby_is_re_read(
+    pair: ReplicaPair,
+) -> None:
+    client = leaseq.AsyncClient(pair.primary_dsn, schema="ha")
+    try:
+        await client.migrate()
+        job_id = await client.enqueue("noop")
+        [lease] = await client.claim(worker="w", lease_seconds=60)
+        pair.synchronous(True)
+        pair.stop_standby()  # every commit now waits for a flush that never comes
+        completer = Completer(client, op_timeout=0.5)
+        flushing = asyncio.create_task(completer.run())
+        reported: list[JobStatus | None] = []
+        completer.submit(lease, deadline=time.monotonic() + 30, on_done=reported.append)
+        try:
+            async with asyncio.timeout(20):
+                while not reported:
+                    await asyncio.sleep(0.05)
+        finally:
+            flushing.cancel()
+        # The first try's commit was cut by op_timeout after it was done locally; the
+        # retry found the lease gone. The row was re-read, not assumed lost.
+        assert reported == [JobStatus.SUCCEEDED]
+        job = await client.get_job(job_id)
+        assert job is not None and job.status == JobStatus.SUCCEEDED
+    finally:
+        await client.close()
