@@ -18,6 +18,7 @@ from psycopg import Connection
 from leaseq import validate
 from leaseq.models import Heartbeat, Lease
 from leaseq.ops.base import ClientBase
+from leaseq.owners import claim_owner
 from leaseq.params import detail, fence_groups, unclaimable_params
 from leaseq.rows import Unclaimable, leases_from_rows
 from leaseq.states import JobStatus
@@ -37,6 +38,10 @@ class LeaseOps(ClientBase):
     ) -> list[Lease]:
         """Claim up to ``limit`` claimable jobs of ``queue`` in one committed statement.
 
+        The leases' owner is ``worker`` plus an identity of this claim of its own
+        (``leaseq.owners``), so a claim that a failover lost and its re-issue never share
+        a fence, even at the same token.
+
         With ``connection`` the claim joins that connection's transaction (the testing
         kit's ``drain`` runs jobs inside a test's own, never committed, transaction).
 
@@ -46,7 +51,7 @@ class LeaseOps(ClientBase):
         seconds = validate.check_positive_seconds("lease_seconds", lease_seconds)
         params = {
             "queue": validate.check_name("queue", queue),
-            "owner": validate.check_worker_id(worker),
+            "owner": claim_owner(validate.check_worker_id(worker)),
             "lease_seconds": seconds,
             "limit": validate.check_int("limit", limit, 1, validate.CLAIM_LIMIT_MAX),
         }

@@ -14,6 +14,7 @@ from psycopg import AsyncConnection
 from leaseq import validate
 from leaseq.models import Heartbeat, Lease
 from leaseq.ops.base_async import AsyncClientBase
+from leaseq.owners import claim_owner
 from leaseq.params import detail, fence_groups, unclaimable_params
 from leaseq.rows import Unclaimable, leases_from_rows
 from leaseq.states import JobStatus
@@ -33,6 +34,10 @@ class AsyncLeaseOps(AsyncClientBase):
     ) -> list[Lease]:
         """Claim up to ``limit`` claimable jobs of ``queue`` in one committed statement.
 
+        The leases' owner is ``worker`` plus an identity of this claim of its own
+        (``leaseq.owners``), so a claim that a failover lost and its re-issue never share
+        a fence, even at the same token.
+
         With ``connection`` the claim joins that connection's transaction (the testing
         kit's ``drain`` runs jobs inside a test's own, never committed, transaction).
 
@@ -42,7 +47,7 @@ class AsyncLeaseOps(AsyncClientBase):
         seconds = validate.check_positive_seconds("lease_seconds", lease_seconds)
         params = {
             "queue": validate.check_name("queue", queue),
-            "owner": validate.check_worker_id(worker),
+            "owner": claim_owner(validate.check_worker_id(worker)),
             "lease_seconds": seconds,
             "limit": validate.check_int("limit", limit, 1, validate.CLAIM_LIMIT_MAX),
         }

@@ -387,15 +387,17 @@ RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::t
             THEN date_part('epoch', now() - j.available_at) END;
 
 -- name: _owned_by_token
--- The fence for a batch of one owner's leases; ids must be ascending and unique. Each
--- row's token is found by binary search (width_bucket) over the ids. Joining
--- unnest(ids, tokens) instead makes PostgreSQL copy every input row whole for
--- EvalPlanQual and often hash all running jobs: this form drained 1.3-2.2x faster
--- (bench: drain-raw). The arrays sit in scalar subqueries, evaluated once per statement:
--- in a generic plan the driver's int2/int4 arrays would otherwise be cast per row.
+-- The fence for a batch of leases; ids must be ascending and unique. Each row's owner and
+-- token are found by binary search (width_bucket) over the ids: owners are per job, since
+-- every claim has an owner of its own (leaseq.owners). Joining unnest(ids, owners, tokens)
+-- instead makes PostgreSQL copy every input row whole for EvalPlanQual and often hash all
+-- running jobs: this form drained 1.3-2.2x faster (bench: drain-raw). The arrays sit in
+-- scalar subqueries, evaluated once per statement: in a generic plan the driver's
+-- int2/int4 arrays would otherwise be cast per row.
 j.id = ANY(%(ids)s::bigint[])
   AND j.status = 'running'
-  AND j.lease_owner = %(owner)s
+  AND j.lease_owner
+      = (SELECT %(owners)s::text[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))]
   AND j.lease_token
       = (SELECT %(tokens)s::bigint[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))]
   AND j.lease_expires_at > now()

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 import leaseq
+from leaseq.owners import worker_of
 from leaseq.states import JobStatus
 from leaseq.worker.completer import Completer
 from tests.support.procs import WorkerProcess, wait_for
@@ -153,3 +154,37 @@ async def test_completion_cut_while_waiting_for_a_stopped_standby_is_re_read(
         assert job is not None and job.status == JobStatus.SUCCEEDED
     finally:
         await client.close()
+
+
+def test_a_claim_lost_in_failover_and_reissued_to_the_same_worker_is_refused(
+    pair: ReplicaPair,
+) -> None:
+    with leaseq.Client(pair.multi_host_dsn(), schema="ha") as client:
+        client.migrate()
+        job_id = client.enqueue("noop")
+        pair.wait_caught_up()
+        pair.cut()
+        [lost] = client.claim(worker="w", lease_seconds=60)  # on the old primary only
+        pair.crash_primary()
+        pair.promote()
+        client.check_connections()
+        [current] = client.claim(worker="w", lease_seconds=60)  # the same worker again
+
+        # The new primary never saw the first claim: the token repeats. The owner does not.
+        assert (current.job_id, current.token) == (lost.job_id, lost.token) == (job_id, 1)
+        assert lost.owner != current.owner
+        assert worker_of(lost.owner) == worker_of(current.owner) == "w"
+
+        # The first execution, still running somewhere, passes no fence.
+        assert client.heartbeat(lost) is False
+        assert client.effect_start(lost, "charge", "k") is False
+        with client.connection() as conn, conn.transaction():
+            assert client.complete(lost, connection=conn) is False
+        assert client.fail(lost, "boom") is False
+        assert client.complete(lost) is False
+
+        assert client.heartbeat(current) is True
+        assert client.effect_start(current, "charge", "k") is True
+        assert client.complete(current) is True
+        job = client.get_job(job_id)
+        assert job is not None and job.status == JobStatus.SUCCEEDED
