@@ -379,7 +379,13 @@ WHERE j.id = ANY(ARRAY(
 ))
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::text,
           j.attempt_count, j.max_attempts, j.priority, j.payload_version,
-          j.unknown_failures, j.idempotency_key, j.ordering_key, j.unique_key,
+          j.unknown_failures,
+          -- The default ctx.idempotency_key: the id and created_at to the microsecond (UTC),
+          -- since an id alone repeats when a failover loses an enqueue and the new primary
+          -- hands the id out again (params.default_idempotency_key is its Python twin).
+          coalesce(j.idempotency_key, 'leaseq-job-' || j.id || '-'
+                   || to_char(j.created_at AT TIME ZONE 'UTC', 'YYYYMMDDHH24MISSUS')),
+          j.ordering_key, j.unique_key,
           -- Times as float8 seconds: the clock, then ages (see leases_from_rows).
           date_part('epoch', now()),
           CASE WHEN isfinite(j.created_at) THEN date_part('epoch', now() - j.created_at) END,

@@ -19,8 +19,10 @@ import pytest
 
 import leaseq
 from leaseq.owners import worker_of
+from leaseq.params import default_idempotency_key
 from leaseq.states import JobStatus
 from leaseq.worker.completer import Completer
+from leaseq.worker.context import JobContext
 from tests.support.procs import WorkerProcess, wait_for
 from tests.support.replication import ReplicaPair, server_port
 
@@ -188,3 +190,28 @@ def test_a_claim_lost_in_failover_and_reissued_to_the_same_worker_is_refused(
         assert client.complete(current) is True
         job = client.get_job(job_id)
         assert job is not None and job.status == JobStatus.SUCCEEDED
+
+
+def test_a_job_id_reissued_after_a_lost_enqueue_gets_another_idempotency_key(
+    pair: ReplicaPair,
+) -> None:
+    with leaseq.Client(pair.multi_host_dsn(), schema="ha") as client:
+        client.migrate()
+        pair.wait_caught_up()
+        pair.cut()
+        lost_id = client.enqueue("noop")  # committed on the old primary only
+        [lost] = client.claim(worker="w")
+        pair.crash_primary()
+        pair.promote()
+        client.check_connections()
+        new_id = client.enqueue("noop")
+        [new] = client.claim(worker="w")
+
+        assert new_id == lost_id, "the new primary handed out the same id again"
+        old_key = JobContext(lost, "w").idempotency_key
+        new_key = JobContext(new, "w").idempotency_key
+        assert old_key != new_key, "an idempotent API would drop the new job's effect"
+        job = client.get_job(new_id)
+        assert job is not None
+        assert new_key == default_idempotency_key(new_id, job.created_at)
+        assert new_key.startswith(f"leaseq-job-{new_id}-")
