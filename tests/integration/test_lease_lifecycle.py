@@ -16,6 +16,7 @@ from psycopg import sql
 import leaseq
 from leaseq import JobStatus
 from leaseq.owners import worker_of
+from leaseq.params import default_idempotency_key
 from tests.support.helpers import expire_lease, make_available, rows, run_sql
 
 
@@ -437,9 +438,11 @@ def test_claimed_lease_matches_the_row_and_a_lease_built_normally(
         assert lease.claimed_at == started
         assert lease.expires_at == expires
         assert (lease.created_at, lease.available_at) == (created, available)
+        # Without a key given at enqueue, the default: the id and created_at (UTC, to the
+        # microsecond), built by the claim exactly as its Python twin builds it.
         assert (lease.ordering_key, lease.idempotency_key, lease.payload_version) == (
             key,
-            idem,
+            idem or default_idempotency_key(lease.job_id, created),
             version,
         )
         normal = leaseq.Lease(
