@@ -15,7 +15,7 @@ from leaseq import validate
 from leaseq.models import Heartbeat, Lease
 from leaseq.ops.base_async import AsyncClientBase
 from leaseq.owners import claim_owner
-from leaseq.params import detail, fence_groups, unclaimable_params
+from leaseq.params import detail, fence_arrays, fence_groups, unclaimable_params
 from leaseq.rows import Unclaimable, leases_from_rows
 from leaseq.states import JobStatus
 
@@ -138,16 +138,14 @@ class AsyncLeaseOps(AsyncClientBase):
         return lease.job_id in await self.complete_many([lease], connection=connection)
 
     async def attempts_ended(self, leases: Sequence[Lease]) -> dict[int, JobStatus]:
-        """Which of these attempts have ended, with the job's status now: the re-read after
-        a fenced write whose commit may or may not have happened (never assume either)."""
+        """The jobs whose attempt under these leases was ended by the lease's own write
+        (completion or failure), with their status now: the re-read after a fenced write
+        whose commit may or may not have happened (never assume either). A job the sweep
+        ended, or that was claimed again, is left out."""
         if not leases:
             return {}
-        params = {
-            "ids": [lease.job_id for lease in leases],
-            "tokens": [lease.token for lease in leases],
-        }
-        rows = await self._rows("attempts_ended", params)
-        return {int(row[0]): JobStatus(row[1]) for row in rows}
+        rows = await self._rows("attempts_ended", fence_arrays(leases))
+        return {int(row[0]): JobStatus(row[1]) for row in rows if row[2]}
 
     async def effect_start(self, lease: Lease, name: str, key: str) -> bool:
         """Record an effect as started, fenced by the lease; False means the lease is lost."""

@@ -973,12 +973,19 @@ RETURNING 1;
 
 -- name: attempts_ended
 -- The re-read after a fenced write whose outcome is unknown (its commit was cut by a
--- timeout, e.g. a synchronous commit waiting for a standby, or the connection broke): a
--- job still at the lease's token but no longer running was ended under that lease, by the
--- write in doubt (or, for a failure, by the sweep once the lease had expired); the row
--- says how. A job at another token was claimed again: the write surely did not count.
-SELECT j.id, j.status::text
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS l(id, token)
+-- timeout, e.g. a synchronous commit waiting for a standby, or the connection broke): the
+-- attempts of these leases that have ended, and whether this lease's own write ended them.
+-- A job still at the lease's token but no longer running was ended under that lease; a job
+-- at another token was claimed again, so the write surely did not count. "succeeded" under
+-- the token can only be the lease's own completion; a failure is the lease's own when its
+-- event names the lease's owner (unique per claim, leaseq.owners), not the sweep.
+SELECT j.id, j.status::text,
+       j.status = 'succeeded' OR EXISTS (
+         SELECT 1 FROM {schema}.job_events AS e
+         WHERE e.job_id = l.id AND e.lease_token = l.token AND e.actor = l.owner
+           AND e.from_status = 'running')
+FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[])
+  AS l(id, owner, token)
 JOIN {schema}.jobs AS j ON j.id = l.id
 WHERE j.lease_token = l.token AND j.status <> 'running';
 

@@ -108,9 +108,8 @@ class Completer:
         broken connection) has an unknown outcome: its commit may have happened (say, a
         synchronous commit done locally while waiting for a standby), and then the retry
         finds the lease gone. So after such a try, the jobs a retry misses are re-read
-        (``attempts_ended``): never assumed lost, never assumed done. ``only``: the one
-        status that write sets (success), else any status the row shows (a failure, which
-        the sweep may equally have ended).
+        (``attempts_ended``: ended by this lease's own write?): never assumed lost, never
+        assumed done. ``only``: the one status that write sets (success).
         """
         uncertain = False
         while pending:

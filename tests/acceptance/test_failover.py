@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 import leaseq
+from leaseq.models import Failure
 from leaseq.owners import worker_of
 from leaseq.params import default_idempotency_key
 from leaseq.states import JobStatus
@@ -129,8 +130,9 @@ def test_worker_follows_a_failover_without_a_restart(
         assert worker.proc.poll() is None, worker.output()
 
 
+@pytest.mark.parametrize("outcome", ["success", "failure"])
 async def test_completion_cut_while_waiting_for_a_stopped_standby_is_re_read(
-    pair: ReplicaPair,
+    pair: ReplicaPair, outcome: str
 ) -> None:
     client = leaseq.AsyncClient(pair.primary_dsn, schema="ha")
     try:
@@ -142,7 +144,8 @@ async def test_completion_cut_while_waiting_for_a_stopped_standby_is_re_read(
         completer = Completer(client, op_timeout=0.5)
         flushing = asyncio.create_task(completer.run())
         reported: list[JobStatus | None] = []
-        completer.submit(lease, deadline=time.monotonic() + 30, on_done=reported.append)
+        written = lease if outcome == "success" else Failure(lease, "BOOM", True)
+        completer.submit(written, deadline=time.monotonic() + 30, on_done=reported.append)
         try:
             async with asyncio.timeout(20):
                 while not reported:
@@ -151,9 +154,10 @@ async def test_completion_cut_while_waiting_for_a_stopped_standby_is_re_read(
             flushing.cancel()
         # The first try's commit was cut by op_timeout after it was done locally; the
         # retry found the lease gone. The row was re-read, not assumed lost.
-        assert reported == [JobStatus.SUCCEEDED]
+        expected = JobStatus.SUCCEEDED if outcome == "success" else JobStatus.PENDING
+        assert reported == [expected]
         job = await client.get_job(job_id)
-        assert job is not None and job.status == JobStatus.SUCCEEDED
+        assert job is not None and job.status == expected
     finally:
         await client.close()
 
