@@ -17,6 +17,7 @@ directory of its own and is removed by :meth:`close`.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import shutil
 import subprocess
@@ -36,6 +37,7 @@ from leaseq.dev._pgproc import (
     run,
     server_user,
 )
+from leaseq.errors import EmbeddedError
 from tests.support.faults import FaultProxy
 from tests.support.ports import free_port
 
@@ -119,13 +121,20 @@ class ReplicaPair:
 
     def close(self) -> None:
         """Stop whatever still runs (immediately) and remove both clusters."""
-        for data_dir in list(self._running):
-            self._stop(data_dir, "immediate")
-        self.proxy.stop()
-        shutil.rmtree(self.base, ignore_errors=True)
+        try:
+            for data_dir in list(self._running):
+                with contextlib.suppress(AssertionError, EmbeddedError):
+                    self._stop(data_dir, "immediate")
+            self.proxy.stop()
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
 
     def __enter__(self) -> ReplicaPair:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.close()  # half a pair started is still stopped and removed
+            raise
 
     def __exit__(
         self,
@@ -262,6 +271,7 @@ class ReplicaPair:
 
     def _pg_ctl_start(self, data_dir: pathlib.Path) -> None:
         log_file = self.base / f"{data_dir.name}.log"
+        self._running.add(data_dir)  # before: a start that times out may still come up
         self._check(
             run(
                 [
@@ -280,7 +290,6 @@ class ReplicaPair:
             ),
             f"pg_ctl start ({data_dir.name}; see {log_file})",
         )
-        self._running.add(data_dir)
 
     def _stop(self, data_dir: pathlib.Path, mode: str) -> None:
         self._running.discard(data_dir)
