@@ -18,6 +18,7 @@ from psycopg import sql
 
 import leaseq
 from bench.harness import QUEUE, TASK, BenchError
+from leaseq.params import text_array
 
 PREP_CHUNK = 5000  # untimed enqueue_many chunks that fill the queue before a drain
 CLAIM_LIMIT = 10  # LIMIT of the claim in claim-under-prune and claim-vs-backlog
@@ -183,7 +184,8 @@ def claim_and_complete(
     fence = {  # array literals: as the client sends them (psycopg's list dumper is slow)
         "ids": "{" + ",".join(str(row[0]) for row in rows) + "}",
         "tokens": "{" + ",".join(str(row[1]) for row in rows) + "}",
-        "owner": params["owner"],
+        # Per job, as the client sends them: every claim has an owner of its own.
+        "owners": text_array(row[2] for row in rows),
     }
     return len(conn.execute(complete, fence).fetchall()), claim_seconds
 

@@ -5,6 +5,10 @@ production worker that lost its configuration must not quietly serve an empty pr
 queue, so the fallback says so, once per process, on stderr (a logging warning naming the
 data directory and ``LEASEQ_DSN``). A DSN of ``embedded`` asks for that server explicitly
 and silently.
+
+A DSN naming several hosts (``host=a,b``) is how a client follows a failover, but only with
+``target_session_attrs=read-write`` (or ``primary``): without it libpq may settle on a
+standby or a demoted primary, where every write fails. That also gets a warning, once.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ EMBEDDED = "embedded"
 
 log = logging.getLogger("leaseq.dsn")
 _warned = False
+_warned_multi_host: set[str] = set()
+#: target_session_attrs values under which libpq connects only to a writable server.
+_WRITABLE = frozenset({"read-write", "primary"})
 
 
 def resolve_dsn(dsn: str | None = None) -> str:
@@ -63,3 +70,31 @@ def describe_dsn(dsn: str) -> str:
     dbname = parts.get("dbname") or user or ""
     who = f"{user}@" if user else ""
     return f"postgresql://{who}{host}:{port}/{dbname}"
+
+
+def multi_host_problem(dsn: str) -> str | None:
+    """Why a DSN naming several hosts may connect to a server that takes no writes (a
+    standby, a demoted primary), or None when it names one host or asks for a writable one."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:
+        return None  # a bad DSN gets its own error when connecting
+    hosts = str(parts.get("host") or parts.get("hostaddr") or "")
+    if "," not in hosts:
+        return None
+    attrs = str(parts.get("target_session_attrs") or os.environ.get("PGTARGETSESSIONATTRS", ""))
+    if attrs in _WRITABLE:
+        return None
+    return (
+        f"the DSN names several hosts ({describe_dsn(dsn)}) without "
+        "target_session_attrs=read-write (or primary): after a failover it may connect to "
+        "a read-only server; add target_session_attrs=read-write"
+    )
+
+
+def warn_multi_host(dsn: str) -> None:
+    """Log :func:`multi_host_problem`, once per DSN and process."""
+    problem = multi_host_problem(dsn)
+    if problem is not None and dsn not in _warned_multi_host:
+        _warned_multi_host.add(dsn)
+        log.warning("%s", problem)

@@ -50,7 +50,8 @@ class Lease:
     unknown_failures: int = 0
     #: Database time of the claim; with ``created_at`` it gives the job's age for budgets.
     claimed_at: dt.datetime | None = None
-    #: Key given at enqueue for external calls; None means "derive it from the job id".
+    #: Key for external calls: the one given at enqueue, else the default the claim
+    #: derives from the id and created_at; None only for a lease built by hand.
     idempotency_key: str | None = None
     #: When the job became claimable (database time); claimed_at - available_at is the wait.
     available_at: dt.datetime | None = None

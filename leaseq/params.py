@@ -164,6 +164,15 @@ def copy_row(job_id: int, p: Mapping[str, Any], db_now: dt.datetime) -> tuple[An
     )
 
 
+def default_idempotency_key(job_id: int, created_at: dt.datetime) -> str:
+    """The ``ctx.idempotency_key`` of a job enqueued without one, as claim_jobs builds it:
+    ``leaseq-job-<id>-<created_at, UTC, YYYYMMDDHHMMSSffffff>``. The id alone is not
+    enough: after a failover that lost an enqueue, the new primary hands the same id to
+    another job. created_at is stored with the job, so the key is the same at every
+    attempt (and replay)."""
+    return f"leaseq-job-{job_id}-{created_at.astimezone(dt.UTC):%Y%m%d%H%M%S%f}"
+
+
 # -- fences ----------------------------------------------------------------------------
 
 
@@ -182,24 +191,37 @@ def bigint_array(values: Iterable[int]) -> str:
     return "{" + ",".join(str(int(v)) for v in values) + "}"
 
 
+def text_array(values: Iterable[str]) -> str:
+    """A text[] literal (every element quoted), for the same reason as :func:`bigint_array`."""
+    return "{" + ",".join(_quoted(v) for v in values) + "}"
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def fence_groups(leases: Sequence[Lease]) -> list[dict[str, Any]]:
-    """Parameters of the ``_owned_by_token`` fence: one owner per group, ids ascending and
-    unique, as its binary search needs. A job that one owner holds twice in a batch (a stale
-    lease and the current one) goes into a second group, so neither hides the other."""
-    groups: dict[tuple[str, int], dict[int, int]] = {}
+    """Parameters of the ``_owned_by_token`` fence: ids ascending and unique, as its binary
+    search needs, with each id's owner and token at the same place. Owners differ from
+    claim to claim (``leaseq.owners``), so a batch is one group whatever claims it mixes; a
+    job held twice in a batch (a stale lease and the current one) goes into a second
+    group, so neither hides the other."""
+    groups: list[dict[int, Lease]] = []
     for lease in leases:
-        round_ = 0
-        while lease.job_id in groups.setdefault((lease.owner, round_), {}):
-            round_ += 1
-        groups[(lease.owner, round_)][lease.job_id] = lease.token
+        for group in groups:
+            if lease.job_id not in group:
+                group[lease.job_id] = lease
+                break
+        else:
+            groups.append({lease.job_id: lease})
     fences = []
-    for (owner, _), tokens in groups.items():
-        ids = sorted(tokens)
+    for group in groups:
+        ids = sorted(group)
         fences.append(
             {
-                "owner": owner,
                 "ids": bigint_array(ids),
-                "tokens": bigint_array(tokens[i] for i in ids),
+                "owners": text_array(group[i].owner for i in ids),
+                "tokens": bigint_array(group[i].token for i in ids),
             }
         )
     return fences

@@ -20,7 +20,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from leaseq import validate
-from leaseq.dsn import describe_dsn, resolve_dsn
+from leaseq.dsn import describe_dsn, resolve_dsn, warn_multi_host
 from leaseq.errors import DatabaseUnavailable, SchemaError
 from leaseq.params import notify_channel
 from leaseq.redact import Redactor, default_redact
@@ -30,6 +30,14 @@ from leaseq.sql import Queries, check_schema_name, latest_version, migrations
 from leaseq.tracing import Tracing
 
 Row = tuple[Any, ...]
+
+#: SQLSTATEs that say "this server is not (or no longer) the writable primary": a demoted
+#: or read-only server (25006 read_only_sql_transaction), a server shutting down or crashed
+#: (57P01 admin_shutdown, 57P02 crash_shutdown) or still starting (57P03
+#: cannot_connect_now). After a failover every pooled connection may point at the old
+#: primary, so such an error discards them all: the next statement connects afresh, and a
+#: multi-host DSN with target_session_attrs=read-write then finds the new primary.
+FAILOVER_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
 
 
 def _configure_connection(conn: Connection[Any]) -> None:
@@ -85,6 +93,7 @@ class ClientBase:
         """The DSN in use (resolving it, and starting the embedded server, if needed)."""
         if self._dsn is None:
             self._dsn = resolve_dsn(self._dsn_arg)
+            warn_multi_host(self._dsn)
         return self._dsn
 
     def connect(self, **kwargs: Any) -> Connection[TupleRow]:
@@ -127,11 +136,25 @@ class ClientBase:
         return self._pool
 
     @contextlib.contextmanager
+    def _pooled(self) -> Iterator[Connection[TupleRow]]:
+        """A connection from the pool; after a failover error (``FAILOVER_SQLSTATES``) it
+        is closed, and the pool's other connections are replaced, instead of being handed
+        out again. The error itself goes to the caller (a worker counts it as an outage)."""
+        pool = self._get_pool()
+        with pool.connection() as conn:
+            try:
+                yield conn
+            except psycopg.Error as exc:
+                if exc.sqlstate in FAILOVER_SQLSTATES:
+                    conn.close()  # a closed connection is dropped when returned
+                    pool.drain()
+                raise
+
+    @contextlib.contextmanager
     def connection(self) -> Iterator[Connection[TupleRow]]:
         """A pooled connection for your own statements (autocommit; open a transaction with
         ``conn.transaction()``). Returned to the pool afterwards."""
-        pool = self._get_pool()
-        with pool.connection() as conn:
+        with self._pooled() as conn:
             yield conn
 
     @contextlib.contextmanager
@@ -141,8 +164,7 @@ class ClientBase:
         if connection is not None:
             yield connection
             return
-        pool = self._get_pool()
-        with pool.connection() as conn, conn.transaction():
+        with self._pooled() as conn, conn.transaction():
             yield conn
 
     def _lock_keys(self, conn: Connection[Any], keys: Iterable[str | None]) -> list[str]:
@@ -221,8 +243,7 @@ class ClientBase:
         query = self.queries[name]
         if connection is not None:
             return self._execute(connection, query, params, tolerant)
-        pool = self._get_pool()
-        with pool.connection() as conn:
+        with self._pooled() as conn:
             return self._execute(conn, query, params, tolerant)
 
     @staticmethod
@@ -244,8 +265,7 @@ class ClientBase:
         one transaction under an advisory lock keyed on the schema name.
         """
         q = self.queries
-        pool = self._get_pool()
-        with pool.connection() as conn, conn.transaction():
+        with self._pooled() as conn, conn.transaction():
             conn.execute(q["migrate_lock"], {"key": f"leaseq.migrate.{self.schema}"})
             conn.execute(q["create_schema"])
             conn.execute(q["create_version_table"])

@@ -16,7 +16,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from leaseq import validate
-from leaseq.dsn import describe_dsn, resolve_dsn
+from leaseq.dsn import describe_dsn, resolve_dsn, warn_multi_host
 from leaseq.errors import DatabaseUnavailable, SchemaError
 from leaseq.params import notify_channel
 from leaseq.redact import Redactor, default_redact
@@ -26,6 +26,14 @@ from leaseq.sql import Queries, check_schema_name, latest_version, migrations
 from leaseq.tracing import Tracing
 
 Row = tuple[Any, ...]
+
+#: SQLSTATEs that say "this server is not (or no longer) the writable primary": a demoted
+#: or read-only server (25006 read_only_sql_transaction), a server shutting down or crashed
+#: (57P01 admin_shutdown, 57P02 crash_shutdown) or still starting (57P03
+#: cannot_connect_now). After a failover every pooled connection may point at the old
+#: primary, so such an error discards them all: the next statement connects afresh, and a
+#: multi-host DSN with target_session_attrs=read-write then finds the new primary.
+FAILOVER_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
 
 
 async def _configure_connection(conn: AsyncConnection[Any]) -> None:
@@ -81,6 +89,7 @@ class AsyncClientBase:
         """The DSN in use (resolving it, and starting the embedded server, if needed)."""
         if self._dsn is None:
             self._dsn = await asyncio.to_thread(resolve_dsn, self._dsn_arg)
+            warn_multi_host(self._dsn)
         return self._dsn
 
     async def connect(self, **kwargs: Any) -> AsyncConnection[TupleRow]:
@@ -123,11 +132,25 @@ class AsyncClientBase:
         return self._pool
 
     @contextlib.asynccontextmanager
+    async def _pooled(self) -> AsyncIterator[AsyncConnection[TupleRow]]:
+        """A connection from the pool; after a failover error (``FAILOVER_SQLSTATES``) it
+        is closed, and the pool's other connections are replaced, instead of being handed
+        out again. The error itself goes to the caller (a worker counts it as an outage)."""
+        pool = await self._get_pool()
+        async with pool.connection() as conn:
+            try:
+                yield conn
+            except psycopg.Error as exc:
+                if exc.sqlstate in FAILOVER_SQLSTATES:
+                    await conn.close()  # a closed connection is dropped when returned
+                    await pool.drain()
+                raise
+
+    @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection[TupleRow]]:
         """A pooled connection for your own statements (autocommit; open a transaction with
         ``conn.transaction()``). Returned to the pool afterwards."""
-        pool = await self._get_pool()
-        async with pool.connection() as conn:
+        async with self._pooled() as conn:
             yield conn
 
     @contextlib.asynccontextmanager
@@ -139,8 +162,7 @@ class AsyncClientBase:
         if connection is not None:
             yield connection
             return
-        pool = await self._get_pool()
-        async with pool.connection() as conn, conn.transaction():
+        async with self._pooled() as conn, conn.transaction():
             yield conn
 
     async def _lock_keys(self, conn: AsyncConnection[Any], keys: Iterable[str | None]) -> list[str]:
@@ -219,8 +241,7 @@ class AsyncClientBase:
         query = self.queries[name]
         if connection is not None:
             return await self._execute(connection, query, params, tolerant)
-        pool = await self._get_pool()
-        async with pool.connection() as conn:
+        async with self._pooled() as conn:
             return await self._execute(conn, query, params, tolerant)
 
     @staticmethod
@@ -242,8 +263,7 @@ class AsyncClientBase:
         one transaction under an advisory lock keyed on the schema name.
         """
         q = self.queries
-        pool = await self._get_pool()
-        async with pool.connection() as conn, conn.transaction():
+        async with self._pooled() as conn, conn.transaction():
             await conn.execute(q["migrate_lock"], {"key": f"leaseq.migrate.{self.schema}"})
             await conn.execute(q["create_schema"])
             await conn.execute(q["create_version_table"])

@@ -91,9 +91,8 @@ class FailureOps(ClientBase):
         total = SweepResult()
         # Upkeep: one bounded batch of ended unique-key windows per sweep.
         self._rows("delete_expired_windows", {"limit": batch})
-        pool = self._get_pool()
         while True:
-            with pool.connection() as conn, conn.transaction():
+            with self._pooled() as conn, conn.transaction():
                 locked = self._rows("lock_expired_leases", {"limit": batch}, conn)
                 if not locked:
                     return total

@@ -87,9 +87,8 @@ class AsyncFailureOps(AsyncClientBase):
         total = SweepResult()
         # Upkeep: one bounded batch of ended unique-key windows per sweep.
         await self._rows("delete_expired_windows", {"limit": batch})
-        pool = await self._get_pool()
         while True:
-            async with pool.connection() as conn, conn.transaction():
+            async with self._pooled() as conn, conn.transaction():
                 locked = await self._rows("lock_expired_leases", {"limit": batch}, conn)
                 if not locked:
                     return total

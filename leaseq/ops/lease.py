@@ -18,8 +18,10 @@ from psycopg import Connection
 from leaseq import validate
 from leaseq.models import Heartbeat, Lease
 from leaseq.ops.base import ClientBase
-from leaseq.params import detail, fence_groups, unclaimable_params
+from leaseq.owners import claim_owner
+from leaseq.params import detail, fence_arrays, fence_groups, unclaimable_params
 from leaseq.rows import Unclaimable, leases_from_rows
+from leaseq.states import JobStatus
 
 log = logging.getLogger("leaseq.jobs")
 
@@ -36,6 +38,10 @@ class LeaseOps(ClientBase):
     ) -> list[Lease]:
         """Claim up to ``limit`` claimable jobs of ``queue`` in one committed statement.
 
+        The leases' owner is ``worker`` plus an identity of this claim of its own
+        (``leaseq.owners``), so a claim that a failover lost and its re-issue never share
+        a fence, even at the same token.
+
         With ``connection`` the claim joins that connection's transaction (the testing
         kit's ``drain`` runs jobs inside a test's own, never committed, transaction).
 
@@ -45,7 +51,7 @@ class LeaseOps(ClientBase):
         seconds = validate.check_positive_seconds("lease_seconds", lease_seconds)
         params = {
             "queue": validate.check_name("queue", queue),
-            "owner": validate.check_worker_id(worker),
+            "owner": claim_owner(validate.check_worker_id(worker)),
             "lease_seconds": seconds,
             "limit": validate.check_int("limit", limit, 1, validate.CLAIM_LIMIT_MAX),
         }
@@ -132,6 +138,16 @@ class LeaseOps(ClientBase):
         handler's own writes there commit together with it, or not at all.
         """
         return lease.job_id in self.complete_many([lease], connection=connection)
+
+    def attempts_ended(self, leases: Sequence[Lease]) -> dict[int, JobStatus]:
+        """The jobs whose attempt under these leases was ended by the lease's own write
+        (completion or failure), with their status now: the re-read after a fenced write
+        whose commit may or may not have happened (never assume either). A job the sweep
+        ended, or that was claimed again, is left out."""
+        if not leases:
+            return {}
+        rows = self._rows("attempts_ended", fence_arrays(leases))
+        return {int(row[0]): JobStatus(row[1]) for row in rows if row[2]}
 
     def effect_start(self, lease: Lease, name: str, key: str) -> bool:
         """Record an effect as started, fenced by the lease; False means the lease is lost."""

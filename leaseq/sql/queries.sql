@@ -379,7 +379,13 @@ WHERE j.id = ANY(ARRAY(
 ))
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::text,
           j.attempt_count, j.max_attempts, j.priority, j.payload_version,
-          j.unknown_failures, j.idempotency_key, j.ordering_key, j.unique_key,
+          j.unknown_failures,
+          -- The default ctx.idempotency_key: the id and created_at to the microsecond (UTC),
+          -- since an id alone repeats when a failover loses an enqueue and the new primary
+          -- hands the id out again (params.default_idempotency_key is its Python twin).
+          coalesce(j.idempotency_key, 'leaseq-job-' || j.id || '-'
+                   || to_char(j.created_at AT TIME ZONE 'UTC', 'YYYYMMDDHH24MISSUS')),
+          j.ordering_key, j.unique_key,
           -- Times as float8 seconds: the clock, then ages (see leases_from_rows).
           date_part('epoch', now()),
           CASE WHEN isfinite(j.created_at) THEN date_part('epoch', now() - j.created_at) END,
@@ -387,15 +393,17 @@ RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::t
             THEN date_part('epoch', now() - j.available_at) END;
 
 -- name: _owned_by_token
--- The fence for a batch of one owner's leases; ids must be ascending and unique. Each
--- row's token is found by binary search (width_bucket) over the ids. Joining
--- unnest(ids, tokens) instead makes PostgreSQL copy every input row whole for
--- EvalPlanQual and often hash all running jobs: this form drained 1.3-2.2x faster
--- (bench: drain-raw). The arrays sit in scalar subqueries, evaluated once per statement:
--- in a generic plan the driver's int2/int4 arrays would otherwise be cast per row.
+-- The fence for a batch of leases; ids must be ascending and unique. Each row's owner and
+-- token are found by binary search (width_bucket) over the ids: owners are per job, since
+-- every claim has an owner of its own (leaseq.owners). Joining unnest(ids, owners, tokens)
+-- instead makes PostgreSQL copy every input row whole for EvalPlanQual and often hash all
+-- running jobs: this form drained 1.3-2.2x faster (bench: drain-raw). The arrays sit in
+-- scalar subqueries, evaluated once per statement: in a generic plan the driver's
+-- int2/int4 arrays would otherwise be cast per row.
 j.id = ANY(%(ids)s::bigint[])
   AND j.status = 'running'
-  AND j.lease_owner = %(owner)s
+  AND j.lease_owner
+      = (SELECT %(owners)s::text[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))]
   AND j.lease_token
       = (SELECT %(tokens)s::bigint[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))]
   AND j.lease_expires_at > now()
@@ -962,6 +970,24 @@ UPDATE {schema}.job_effects
 SET status = %(status)s, finished_at = now(), result = %(result)s::jsonb, error = %(error)s
 WHERE job_id = %(id)s AND name = %(name)s AND key = %(key)s AND lease_token = %(token)s
 RETURNING 1;
+
+-- name: attempts_ended
+-- The re-read after a fenced write whose outcome is unknown (its commit was cut by a
+-- timeout, e.g. a synchronous commit waiting for a standby, or the connection broke): the
+-- attempts of these leases that have ended, and whether this lease's own write ended them.
+-- A job still at the lease's token but no longer running was ended under that lease; a job
+-- at another token was claimed again, so the write surely did not count. "succeeded" under
+-- the token can only be the lease's own completion; a failure is the lease's own when its
+-- event names the lease's owner (unique per claim, leaseq.owners), not the sweep.
+SELECT j.id, j.status::text,
+       j.status = 'succeeded' OR EXISTS (
+         SELECT 1 FROM {schema}.job_events AS e
+         WHERE e.job_id = l.id AND e.lease_token = l.token AND e.actor = l.owner
+           AND e.from_status = 'running')
+FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[])
+  AS l(id, owner, token)
+JOIN {schema}.jobs AS j ON j.id = l.id
+WHERE j.lease_token = l.token AND j.status <> 'running';
 
 -- name: job_effects
 SELECT name, key, status, attempt, lease_token, started_at, finished_at, result, error

@@ -79,7 +79,7 @@ class Completer:
     async def _flush(self, batch: list[_Pending]) -> None:
         successes = [p for p in batch if isinstance(p.outcome, Lease)]
         failures = [p for p in batch if isinstance(p.outcome, Failure)]
-        done = await self._write(self._complete, successes)
+        done = await self._write(self._complete, successes, JobStatus.SUCCEEDED)
         done.update(await self._write(self._fail, failures))
         for pending in batch:
             try:
@@ -99,21 +99,35 @@ class Completer:
         self,
         write: Callable[[list[_Pending]], Awaitable[dict[int, JobStatus]]],
         pending: list[_Pending],
+        only: JobStatus | None = None,
     ) -> dict[int, JobStatus]:
         """One fenced batch write, retried through connection trouble; returns the new status
         of each job the database accepted.
 
-        Retrying is safe because the write is fenced: if a try did commit before the
-        connection broke, the retry finds the lease gone and the job is reported as not
-        ours — erring on the side of never claiming a success we cannot see.
+        Retrying is safe because the write is fenced. A try that failed (a timeout, a
+        broken connection) has an unknown outcome: its commit may have happened (say, a
+        synchronous commit done locally while waiting for a standby), and then the retry
+        finds the lease gone. So after such a try, the jobs a retry misses are re-read
+        (``attempts_ended``: ended by this lease's own write?): never assumed lost, never
+        assumed done. ``only``: the one status that write sets (success).
         """
+        uncertain = False
         while pending:
             try:
                 async with asyncio.timeout(self._op_timeout):
                     accepted = await write(pending)
+                    missed = [p.lease for p in pending if p.lease.job_id not in accepted]
+                    if uncertain and missed:
+                        ended = await self._client.attempts_ended(missed)
+                        accepted.update(
+                            (job_id, status)
+                            for job_id, status in ended.items()
+                            if only is None or status == only
+                        )
                 self._outage.ok()
                 return accepted
             except TRANSIENT as exc:
+                uncertain = True
                 await self._outage.failed("completion", exc)
                 await asyncio.sleep(self._outage.backoff())
                 now = time.monotonic()

@@ -91,8 +91,9 @@ class JobContext:
 
     @property
     def idempotency_key(self) -> str:
-        """Stable across every attempt of this job: the key given at enqueue, else one
-        derived from the job id. Send it as e.g. an ``Idempotency-Key`` header."""
+        """Stable across every attempt of this job: the key given at enqueue, else
+        ``leaseq-job-<id>-<created_at in UTC microseconds>`` (never repeated, even when a
+        failover makes an id repeat). Send it as e.g. an ``Idempotency-Key`` header."""
         return self.lease.idempotency_key or f"leaseq-job-{self.lease.job_id}"
 
     @property

@@ -13,12 +13,17 @@ from leaseq.retry import backoff
 log = logging.getLogger("leaseq.worker")
 
 #: Errors that mean "the database is not reachable right now", not "the query is wrong".
+#: A read-only server (SQLSTATE 25006) is one: after a managed failover the old primary
+#: takes no writes, and the client has already dropped that connection (see
+#: ``leaseq.ops.base_async.FAILOVER_SQLSTATES``), so a retry reaches the new primary. The
+#: shutdown states (57P01-57P03) are OperationalErrors anyway.
 try:
     import psycopg
     import psycopg_pool
 
     TRANSIENT: tuple[type[BaseException], ...] = (
         psycopg.OperationalError,
+        psycopg.errors.ReadOnlySqlTransaction,
         psycopg.InterfaceError,
         psycopg_pool.PoolTimeout,
         TimeoutError,

@@ -19,6 +19,7 @@ from psycopg import sql
 
 import leaseq
 from leaseq import JobStatus
+from leaseq.params import default_idempotency_key
 from tests.support.helpers import expire_lease, make_available, rows, run_sql
 from tests.support.procs import WorkerProcess, wait_for
 
@@ -122,7 +123,8 @@ def test_seed_4_idempotency_key_makes_the_retried_call_act_once(
     dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path, service: PaymentService
 ) -> None:
     job = _kill_mid_call_then_recover(dsn, schema, client, tmp_path, "pay_key_only", service.url)
-    key = f"leaseq-job-{job.job_id}"
+    assert job.created_at is not None
+    key = default_idempotency_key(job.job_id, job.created_at)
     assert job.status is JobStatus.SUCCEEDED and job.attempt_count == 2
     assert service.requests == [key, key], "the retry sent the very same key"
     assert service.charged == {key: 1}, "and the service acted once"
@@ -132,7 +134,8 @@ def test_seed_4_uncertain_effect_is_reconciled_not_repeated(
     dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path, service: PaymentService
 ) -> None:
     job = _kill_mid_call_then_recover(dsn, schema, client, tmp_path, "pay_reconciled", service.url)
-    key = f"leaseq-job-{job.job_id}:charge"
+    assert job.created_at is not None
+    key = default_idempotency_key(job.job_id, job.created_at) + ":charge"
     assert job.status is JobStatus.SUCCEEDED
     assert service.requests == [key], "the reconcile hook asked; nobody called again"
     (effect,) = client.job_effects(job.job_id)

@@ -21,6 +21,7 @@ import pytest
 
 import leaseq
 from leaseq import JobStatus, Permanent, Retry
+from leaseq.owners import worker_of
 from tests.support.helpers import expire_lease, rows, run_sql
 
 BASIC_APP = "tests.support.apps.basic:app"
@@ -131,7 +132,9 @@ async def test_lost_lease_cancels_async_handler_and_reports_nothing(
     stats = await asyncio.wait_for(run, 10)
     assert stats.lost_leases == 1 and stats.failed == 0
     assert not [
-        e for e in client.job_events(job_id) if e.lease_token == 1 and e.actor == worker.worker_id
+        e
+        for e in client.job_events(job_id)
+        if e.lease_token == 1 and worker_of(e.actor or "") == worker.worker_id
     ]
     job = client.get_job(job_id)
     assert job is not None

@@ -15,6 +15,7 @@ import pytest
 import leaseq
 from leaseq import JobStatus
 from leaseq.codes import ErrorCode
+from leaseq.owners import worker_of
 from tests.support.helpers import expire_lease, rows, run_sql
 
 #: Deeper than Python's JSON decoder can go from any call stack (PostgreSQL stores it).
@@ -78,7 +79,8 @@ def test_one_bad_row_costs_only_its_own_job(
     assert job.last_error_code == code and job.last_error_class == "permanent"
     assert job.lease_owner is None
     (event,) = [e for e in client.job_events(bad) if e.event == "dead"]
-    assert event.actor == "w" and event.detail and event.detail.startswith("cannot be claimed")
+    assert event.actor is not None and worker_of(event.actor) == "w"
+    assert event.detail and event.detail.startswith("cannot be claimed")
     assert [j.job_id for j in client.list_jobs("dead")] == [bad]
     # The good leases are intact: each completes under its fence.
     assert client.complete_many(leases) == set(good)

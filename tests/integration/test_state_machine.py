@@ -38,6 +38,7 @@ from hypothesis.stateful import (
 from psycopg import sql
 
 import leaseq
+from leaseq.owners import worker_of
 from leaseq.states import TRANSITIONS, UNRECORDED_EVENTS, JobStatus, allowed
 
 WORKERS = ("w0", "w1", "w2")
@@ -162,6 +163,7 @@ class LeaseqMachine(RuleBasedStateMachine):
         self.purged: dict[int, JobModel] = {}  # gone from the table, their trail kept
         self.issued: dict[tuple[int, int], leaseq.Lease] = {}
         self.seen_tokens: dict[int, int] = {}
+        self.owners_seen: set[str] = set()  # every claim's owner is its own
         self.clock = 0  # logical time: one tick per claim or replay
         self.paused: set[tuple[str, str]] = set()
         #: Who holds each unique key: (job id, only a window after it succeeded).
@@ -331,6 +333,11 @@ class LeaseqMachine(RuleBasedStateMachine):
         # Everything ready before the call is still ready during it; back-offs may end meanwhile.
         assert min(limit, ready) <= len(got) <= limit, (ready, got)
         assert len({lease.job_id for lease in got}) == len(got)
+        # One owner per claim, never one an earlier claim had (a lost claim's re-issue
+        # must not share its fence).
+        owners = {lease.owner for lease in got}
+        assert len(owners) <= 1 and not owners & self.owners_seen, owners
+        self.owners_seen |= owners
         self.clock += 1
         for lease in got:
             assert lease.job_id in claimable, f"claimed job {lease.job_id}, blocked or not pending"
@@ -339,7 +346,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             where = f"claim of job {lease.job_id}"
             assert job.status == "pending", f"{where}, which was {job.status}"
             assert lease.token == job.token + 1, f"{where}: token must grow by exactly one"
-            assert lease.owner == worker
+            assert worker_of(lease.owner) == worker, f"{where}: owner {lease.owner}"
             assert lease.attempt == job.attempts + 1 <= job.max_attempts, where
             assert lease.max_attempts == job.max_attempts
             assert lease.unknown_failures == job.unknown_failures
@@ -347,7 +354,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             assert lease.unique_key == job.unique_key
             if job.key is not None:
                 self._check_key_order(lease.job_id, job)
-            job.status, job.token, job.owner = "running", lease.token, worker
+            job.status, job.token, job.owner = "running", lease.token, lease.owner
             if job.started is None:
                 job.started = self.clock
             job.attempts += 1

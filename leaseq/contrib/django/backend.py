@@ -19,6 +19,7 @@ from leaseq.contrib.django.connection import connection_for, leaseq_app
 from leaseq.contrib.django.runtime import DISPATCH_TASK, load_task, payload_for
 from leaseq.errors import Permanent
 from leaseq.models import Job
+from leaseq.owners import worker_of
 
 _STATUS = {
     "pending": "READY",
@@ -103,5 +104,6 @@ class LeaseqBackend(_tasks.BaseTaskBackend):
             kwargs=job.payload.get("kwargs", {}),
             backend=self.alias,
             errors=errors,
-            worker_ids=[job.lease_owner] if job.lease_owner else [],
+            # The worker, not the claim: lease_owner is "<worker id>/<claim>" (leaseq.owners).
+            worker_ids=[worker_of(job.lease_owner)] if job.lease_owner else [],
         )
