@@ -12,6 +12,7 @@ from leaseq.ops.enqueue import EnqueueOps
 from leaseq.ops.failure import FailureOps
 from leaseq.ops.inspect import InspectOps
 from leaseq.ops.lease import LeaseOps
+from leaseq.ops.limits import LimitOps
 from leaseq.ops.pauses import PauseOps
 from leaseq.params import COPY_THRESHOLD, notify_channel
 
@@ -25,6 +26,7 @@ class Client(
     InspectOps,
     AdminOps,
     PauseOps,
+    LimitOps,
 ):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 
