@@ -23,6 +23,7 @@ from leaseq.errors import (
     SchemaError,
     UniqueConflict,
 )
+from leaseq.limits import Limit, RateLimit
 from leaseq.models import (
     EffectRecord,
     Failure,
@@ -81,11 +82,13 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LeaseqError",
+    "Limit",
     "Pause",
     "PayloadError",
     "Permanent",
     "QueueSettings",
     "QueueStats",
+    "RateLimit",
     "ReplayRefused",
     "ReplayResult",
     "Retry",

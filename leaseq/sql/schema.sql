@@ -358,6 +358,12 @@ LANGUAGE plpgsql AS $$
 DECLARE
   s integer;
 BEGIN
+  -- A limit lowered below slots still held: no new slot until those above it are freed
+  -- (otherwise a freed low slot would let running jobs exceed the new limit).
+  IF EXISTS (SELECT 1 FROM {schema}.limit_slots AS h
+             WHERE h.limit_name = p_name AND h.slot > p_max) THEN
+    RETURN false;
+  END IF;
   FOR s IN
     SELECT c.x FROM (
       SELECT g, 0 FROM generate_series(1, least(p_max, 64)) AS g
