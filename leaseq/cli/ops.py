@@ -14,6 +14,7 @@ import click
 import psycopg
 from prometheus_client import disable_created_metrics
 
+from leaseq.cli.limits import render_limits
 from leaseq.cli.render import age, emit_json, render_status, table
 from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
 from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
@@ -126,7 +127,8 @@ def enqueue(
 @click.option("--interval", type=float, default=2.0, show_default=True)
 @pass_settings
 def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> None:
-    """Per-queue counts and the age of the oldest claimable job; paused queues marked."""
+    """Per-queue counts and the age of the oldest claimable job; paused queues marked;
+    then the limits, with their slots in use and jobs waiting."""
     while True:
         stats = settings.client.queue_stats(throughput=True)
         pauses = settings.client.pauses()
@@ -137,6 +139,8 @@ def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> N
             if watch:
                 click.clear()
             click.echo(render_status(stats, pauses))
+            if found := settings.client.limits():
+                click.echo("\n" + render_limits(found))
         if not watch:
             return
         time.sleep(interval)

@@ -270,3 +270,32 @@ def test_rate_limit_over_sixteen_workers_stays_within_rate_and_does_not_spin(
     # No busy loop: a sleeping worker asks again when the next token frees, so claims
     # stay within a small multiple of the admissions (16 workers racing for each token).
     assert claims["n"] <= 16 * 4 * 10 + 16 * len(started), claims["n"]
+
+
+def test_cli_sets_lists_and_removes_limits_and_refuses_bad_input_in_one_line(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    from tests.acceptance.test_cli import run
+
+    run(dsn, schema, "migrate")
+    out = run(dsn, schema, "limits", "set", "queue:emails", "--concurrency", "5", "--actor", "ann")
+    assert "limit queue:emails set by ann: concurrency 5" in out.stdout
+    run(dsn, schema, "limits", "set", "key:cust:*", "--rate", "10", "--per", "1", "--burst", "3")
+    for i in range(3):
+        client.enqueue("t", i, queue="emails")
+    client.claim("emails", worker="w", limit=2)
+    listed = run(dsn, schema, "limits", "list").stdout
+    assert "queue:emails" in listed and "2/5" in listed and "10/1s burst 3" in listed
+    status = run(dsn, schema, "status").stdout
+    assert "queue:emails" in status and "2/5" in status
+    as_json = run(dsn, schema, "limits", "list", "--json").stdout
+    assert '"in_use": 2' in as_json
+    for bad in (["pool:x", "--concurrency", "1"], ["queue:q"], ["queue:q", "--rate", "0"]):
+        result = run(dsn, schema, "limits", "set", *bad, ok=False)
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert [x.name for x in client.limits()] == ["key:cust:*", "queue:emails"]
+    assert "removed by" in run(dsn, schema, "limits", "remove", "queue:emails").stdout
+    assert "no limit" in run(dsn, schema, "limits", "remove", "queue:emails").stdout
+    actions = [e.action for e in client.admin_events()]
+    assert actions.count("limit_set") == 2 and actions.count("limit_removed") == 1
