@@ -496,7 +496,11 @@ def metrics_serve(settings: Settings, port: int, host: str) -> None:
     registry = database_registry(
         lambda: (
             client.queue_stats(),
-            {**client.database_health(), "pauses": client.pauses()},
+            {
+                **client.database_health(),
+                "pauses": client.pauses(),
+                "limits": client.limits(),
+            },
         )
     )
     server = ObservabilityServer(registry, port=port, host=host, ready=ready).start()

@@ -312,3 +312,29 @@ def test_bad_limit_key_is_refused_and_stores_nothing(
     with pytest.raises(ConfigError):
         client.enqueue("t", None, limit_key="")
     assert rows(dsn, "SELECT count(*) FROM {s}.jobs", schema) == [(0,)]
+
+
+def test_limit_metrics_show_slots_waiting_jobs_and_rate_wait(client: leaseq.Client) -> None:
+    from prometheus_client import generate_latest
+
+    from leaseq.metrics import database_registry
+
+    client.set_limit("queue:q", concurrency=2)
+    client.set_limit("key:api", rate=RateLimit(1, per=3600))
+    for i in range(3):
+        client.enqueue("t", i, queue="q")
+    client.claim("q", worker="w", limit=10)
+    assert client.rate_consume("key:api")
+    registry = database_registry(
+        lambda: (client.queue_stats(), {**client.database_health(), "limits": client.limits()})
+    )
+    text = generate_latest(registry).decode()
+    assert 'leaseq_limit_slots_in_use{limit="queue:q"} 2.0' in text
+    assert 'leaseq_limit_concurrency{limit="queue:q"} 2.0' in text
+    assert 'leaseq_limit_waiting_jobs{limit="queue:q"} 1.0' in text
+    wait = [
+        x
+        for x in text.splitlines()
+        if x.startswith('leaseq_limit_rate_wait_seconds{limit="key:api"}')
+    ]
+    assert wait and float(wait[0].split()[-1]) > 3000
