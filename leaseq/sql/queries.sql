@@ -400,11 +400,12 @@ SET status = 'running',
 WHERE j.id = ANY(CASE
   WHEN NOT {_limits_apply} THEN ARRAY({_claim_candidates} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
   -- Limits: a bounded scan of candidates (enough to step over a few full keys, bounded so
-  -- the claim stays short), locked in claim order; admit() takes their slots
+  -- the claim stays short), read unlocked in claim order; admit() locks each it tries
+  -- (SKIP LOCKED, re-checked), takes their slots
   -- and rate tokens and returns the first %(limit)s that got all of them. The others stay
   -- pending in their place (no attempt charged) and the claim takes later work instead.
   ELSE (SELECT {schema}.admit(
-          ARRAY({_claim_candidates} LIMIT least(4 * %(limit)s + 32, 2000) FOR UPDATE SKIP LOCKED),
+          ARRAY({_claim_candidates} LIMIT least(4 * %(limit)s + 32, 2000)),
           %(limit)s))
 END)
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::text,

@@ -364,20 +364,33 @@ BEGIN
              WHERE h.limit_name = p_name AND h.slot > p_max) THEN
     RETURN false;
   END IF;
+  -- A large limit, mostly free: a few random numbers find a free one at once, without
+  -- reading the slots held.
+  IF p_max > 64 THEN
+    FOR i IN 1..4 LOOP
+      s := 1 + floor(random() * p_max)::integer;
+      IF pg_try_advisory_xact_lock(hashtextextended('leaseq.slot.' || p_name || '#' || s, 0))
+      THEN
+        INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
+        VALUES (p_name, s, p_job, p_token)
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+          RETURN true;
+        END IF;
+      END IF;
+    END LOOP;
+  END IF;
   FOR s IN
     SELECT c.x FROM (
-      SELECT g, 0 FROM generate_series(1, least(p_max, 64)) AS g
-      UNION ALL
-      SELECT 1 + floor(random() * p_max)::integer, 1 FROM generate_series(1, 8)
-      WHERE p_max > 64
-      UNION ALL
-      SELECT h.slot + 1, 2 FROM {schema}.limit_slots AS h
+      SELECT g FROM generate_series(1, least(p_max, 64)) AS g
+      UNION
+      SELECT h.slot + 1 FROM {schema}.limit_slots AS h
       WHERE h.limit_name = p_name AND p_max > 64
-    ) AS c(x, pref)
+    ) AS c(x)
     WHERE c.x <= p_max
       AND NOT EXISTS (SELECT 1 FROM {schema}.limit_slots AS t
                       WHERE t.limit_name = p_name AND t.slot = c.x)
-    ORDER BY c.pref, c.x
+    ORDER BY c.x
     LIMIT 16
   LOOP
     IF pg_try_advisory_xact_lock(hashtextextended('leaseq.slot.' || p_name || '#' || s, 0)) THEN
@@ -393,59 +406,93 @@ BEGIN
 END
 $$;
 
--- The claim's limited path: of the candidates (locked by the caller, in claim order), the
--- first p_want that get a slot of every concurrency limit and a token of every rate limit
--- that applies. A candidate refused by any limit gives back what it took in this call and
--- stays pending, in its place, with no attempt charged.
+-- The claim's limited path: of the candidates (in claim order, read but not locked by the
+-- caller), lock each in turn (SKIP LOCKED, re-checking that it is still claimable) and keep
+-- the first p_want that get a slot of every concurrency limit and then a token of every
+-- rate limit that applies. A candidate refused by any limit gives back what it took here
+-- and stays pending, in its place, with no attempt charged. A limit found full (or a rate
+-- found spent: now() does not move within the claim) refuses the later candidates at once,
+-- and a full queue limit ends the scan: only rows that are tried get locked.
 CREATE FUNCTION {schema}.admit(p_candidates bigint[], p_want integer)
 RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
   picked bigint[] := '{}';
+  full_ text[] := '{}';
   c record;
-  l record;
+  token bigint;
+  names text[];
+  concs integer[];
+  rates float8[];
+  pers float8[];
+  bursts integer[];
   ok boolean;
-  charged text[];
-  step interval;
+  n integer;
+  charged integer;
 BEGIN
   FOR c IN
-    SELECT j.id, least(j.lease_token, 9223372036854775806) + 1 AS token,
-           j.queue_name, j.task, j.limit_key
-    FROM unnest(p_candidates) WITH ORDINALITY AS u(id, ord)
-    JOIN {schema}.jobs AS j ON j.id = u.id
-    ORDER BY u.ord
+    SELECT u.id, u.ord FROM unnest(p_candidates) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord
   LOOP
     EXIT WHEN cardinality(picked) >= p_want;
+    SELECT least(j.lease_token, 9223372036854775806) + 1,
+           array_agg(l.limit_name ORDER BY l.limit_name),
+           array_agg(l.concurrency ORDER BY l.limit_name),
+           array_agg(l.rate ORDER BY l.limit_name),
+           array_agg(l.per_seconds ORDER BY l.limit_name),
+           array_agg(l.burst ORDER BY l.limit_name)
+      INTO token, names, concs, rates, pers, bursts
+      FROM (SELECT * FROM {schema}.jobs AS x
+             WHERE x.id = c.id AND x.status = 'pending' AND NOT x.blocked
+               AND x.available_at <= now()
+             FOR UPDATE SKIP LOCKED) AS j
+      LEFT JOIN LATERAL {schema}.limits_of(j.queue_name, j.task, j.limit_key) AS l ON true
+     GROUP BY j.lease_token;
+    CONTINUE WHEN token IS NULL;  -- taken or changed meanwhile
     ok := true;
-    charged := '{}';
-    FOR l IN SELECT * FROM {schema}.limits_of(c.queue_name, c.task, c.limit_key) LOOP
-      IF l.concurrency IS NOT NULL THEN
-        ok := {schema}.take_slot(l.limit_name, l.concurrency, c.id, c.token);
-        EXIT WHEN NOT ok;
+    n := coalesce(cardinality(names), 0);
+    IF names[1] IS NULL THEN
+      n := 0;  -- no limit applies
+    END IF;
+    IF n > 0 AND names && full_ THEN
+      ok := false;
+    END IF;
+    FOR i IN 1..n LOOP
+      EXIT WHEN NOT ok;
+      IF concs[i] IS NOT NULL THEN
+        ok := {schema}.take_slot(names[i], concs[i], c.id, token);
+        IF NOT ok THEN
+          full_ := full_ || names[i];
+        END IF;
+      END IF;
+    END LOOP;
+    charged := 0;
+    FOR i IN 1..n LOOP
+      EXIT WHEN NOT ok;
+      IF rates[i] IS NOT NULL THEN
+        ok := {schema}.rate_take(names[i], rates[i], pers[i], bursts[i], 1);
+        IF ok THEN
+          charged := i;
+        ELSE
+          full_ := full_ || names[i];
+        END IF;
       END IF;
     END LOOP;
     IF ok THEN
-      FOR l IN SELECT * FROM {schema}.limits_of(c.queue_name, c.task, c.limit_key)
-               WHERE rate IS NOT NULL LOOP
-        ok := {schema}.rate_take(l.limit_name, l.rate, l.per_seconds, l.burst, 1);
-        EXIT WHEN NOT ok;
-        charged := charged || l.limit_name;
-      END LOOP;
-      IF NOT ok THEN
-        -- Give back the tokens this candidate took: the rows are locked by us, so moving
-        -- their tat back by one step restores them exactly.
-        FOR l IN SELECT * FROM {schema}.limits_of(c.queue_name, c.task, c.limit_key)
-                 WHERE limit_name = ANY(charged) LOOP
-          step := make_interval(secs => l.per_seconds / l.rate);
-          UPDATE {schema}.rate_buckets SET tat = tat - step WHERE limit_name = l.limit_name;
-        END LOOP;
-      END IF;
-    END IF;
-    IF ok THEN
       picked := picked || c.id;
-    ELSE
-      DELETE FROM {schema}.limit_slots WHERE job_id = c.id AND lease_token = c.token;
+      CONTINUE;
     END IF;
+    -- Give back what this candidate took: its slots, and its rate tokens (the bucket rows
+    -- are locked by us, so moving tat back by one step restores them exactly).
+    FOR i IN 1..charged LOOP
+      IF rates[i] IS NOT NULL THEN
+        UPDATE {schema}.rate_buckets
+        SET tat = tat - make_interval(secs => pers[i] / rates[i])
+        WHERE limit_name = names[i];
+      END IF;
+    END LOOP;
+    DELETE FROM {schema}.limit_slots WHERE job_id = c.id AND lease_token = token;
+    -- Nothing of this queue can be admitted any more.
+    EXIT WHEN EXISTS (SELECT 1 FROM unnest(full_) AS f WHERE left(f, 6) = 'queue:');
   END LOOP;
   RETURN picked;
 END
