@@ -348,153 +348,174 @@ LANGUAGE sql STABLE AS $$
   ORDER BY n.key
 $$;
 
--- Takes a free slot of limit p_name (1..p_max) for a job's new lease; false when none can
--- be had now. The primary key decides: the search below is only a guess at a free number,
--- and the advisory try-lock only keeps two claims from waiting on each other's uncommitted
--- insert of the same slot (a busy number is skipped, never waited for).
-CREATE FUNCTION {schema}.take_slot(p_name text, p_max integer, p_job bigint, p_token bigint)
-RETURNS boolean
-LANGUAGE plpgsql AS $$
-DECLARE
-  s integer;
-BEGIN
-  -- A limit lowered below slots still held: no new slot until those above it are freed
-  -- (otherwise a freed low slot would let running jobs exceed the new limit).
-  IF EXISTS (SELECT 1 FROM {schema}.limit_slots AS h
-             WHERE h.limit_name = p_name AND h.slot > p_max) THEN
-    RETURN false;
-  END IF;
-  -- A large limit, mostly free: a few random numbers find a free one at once, without
-  -- reading the slots held.
-  IF p_max > 64 THEN
-    FOR i IN 1..4 LOOP
-      s := 1 + floor(random() * p_max)::integer;
-      IF pg_try_advisory_xact_lock(hashtextextended('leaseq.slot.' || p_name || '#' || s, 0))
-      THEN
-        INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
-        VALUES (p_name, s, p_job, p_token)
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-          RETURN true;
-        END IF;
-      END IF;
-    END LOOP;
-  END IF;
-  FOR s IN
-    SELECT c.x FROM (
-      SELECT g FROM generate_series(1, least(p_max, 64)) AS g
-      UNION
-      SELECT h.slot + 1 FROM {schema}.limit_slots AS h
-      WHERE h.limit_name = p_name AND p_max > 64
-    ) AS c(x)
-    WHERE c.x <= p_max
-      AND NOT EXISTS (SELECT 1 FROM {schema}.limit_slots AS t
-                      WHERE t.limit_name = p_name AND t.slot = c.x)
-    ORDER BY c.x
-    LIMIT 16
-  LOOP
-    IF pg_try_advisory_xact_lock(hashtextextended('leaseq.slot.' || p_name || '#' || s, 0)) THEN
-      INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
-      VALUES (p_name, s, p_job, p_token)
-      ON CONFLICT DO NOTHING;
-      IF FOUND THEN
-        RETURN true;
-      END IF;
-    END IF;
-  END LOOP;
-  RETURN false;
-END
-$$;
-
 -- The claim's limited path: of the candidates (in claim order, read but not locked by the
--- caller), lock each in turn (SKIP LOCKED, re-checking that it is still claimable) and keep
--- the first p_want that get a slot of every concurrency limit and then a token of every
--- rate limit that applies. A candidate refused by any limit gives back what it took here
--- and stays pending, in its place, with no attempt charged. A limit found full (or a rate
--- found spent: now() does not move within the claim) refuses the later candidates at once,
--- and a full queue limit ends the scan: only rows that are tried get locked.
+-- caller), lock a chunk at a time (SKIP LOCKED, re-checked that each is still claimable)
+-- and keep the first p_want that get a slot of every concurrency limit and then a token of
+-- every rate limit that applies. Set-based: one statement per chunk and per limit, not per
+-- job. Slots go to a limit's requesters in claim order; a candidate refused by any limit
+-- gives back what it took here and stays pending, in its place, with no attempt charged.
+-- A limit found full (or a rate found spent: now() does not move within the claim) refuses
+-- the later candidates at once, and a full queue limit ends the scan.
 CREATE FUNCTION {schema}.admit(p_candidates bigint[], p_want integer)
 RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
-  picked bigint[] := '{}';
-  full_ text[] := '{}';
-  c record;
-  token bigint;
-  names text[];
-  concs integer[];
-  rates float8[];
-  pers float8[];
-  bursts integer[];
-  ok boolean;
-  n integer;
-  charged integer;
+  v_picked bigint[] := '{}';
+  v_full text[] := '{}';
+  v_pos integer := 1;
+  v_total integer := coalesce(cardinality(p_candidates), 0);
+  v_chunk bigint[];
+  r_ids bigint[];
+  r_toks bigint[];
+  r_ords bigint[];
+  r_names text[];
+  r_concs integer[];
+  r_rates float8[];
+  r_pers float8[];
+  r_bursts integer[];
+  v_dead bigint[];
+  v_alive bigint[];
+  v_got bigint[];
+  v_lim record;
+  v_t0 timestamptz;
+  v_step float8;
+  v_m integer;
 BEGIN
-  FOR c IN
-    SELECT u.id, u.ord FROM unnest(p_candidates) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord
-  LOOP
-    EXIT WHEN cardinality(picked) >= p_want;
-    SELECT least(j.lease_token, 9223372036854775806) + 1,
-           array_agg(l.limit_name ORDER BY l.limit_name),
-           array_agg(l.concurrency ORDER BY l.limit_name),
-           array_agg(l.rate ORDER BY l.limit_name),
-           array_agg(l.per_seconds ORDER BY l.limit_name),
-           array_agg(l.burst ORDER BY l.limit_name)
-      INTO token, names, concs, rates, pers, bursts
-      FROM (SELECT * FROM {schema}.jobs AS x
-             WHERE x.id = c.id AND x.status = 'pending' AND NOT x.blocked
-               AND x.available_at <= now()
-             FOR UPDATE SKIP LOCKED) AS j
-      LEFT JOIN LATERAL {schema}.limits_of(j.queue_name, j.task, j.limit_key) AS l ON true
-     GROUP BY j.lease_token;
-    CONTINUE WHEN token IS NULL;  -- taken or changed meanwhile
-    ok := true;
-    n := coalesce(cardinality(names), 0);
-    IF names[1] IS NULL THEN
-      n := 0;  -- no limit applies
-    END IF;
-    IF n > 0 AND names && full_ THEN
-      ok := false;
-    END IF;
-    FOR i IN 1..n LOOP
-      EXIT WHEN NOT ok;
-      IF concs[i] IS NOT NULL THEN
-        ok := {schema}.take_slot(names[i], concs[i], c.id, token);
-        IF NOT ok THEN
-          full_ := full_ || names[i];
-        END IF;
+  WHILE cardinality(v_picked) < p_want AND v_pos <= v_total LOOP
+    v_chunk := p_candidates[v_pos : v_pos + (p_want - cardinality(v_picked)) - 1];
+    v_pos := v_pos + cardinality(v_chunk);
+    -- Lock the chunk and list, per candidate, the limits it is under (a row with NULLs
+    -- for a candidate under none).
+    SELECT array_agg(p.id ORDER BY p.ord, p.limit_name),
+           array_agg(p.tok ORDER BY p.ord, p.limit_name),
+           array_agg(p.ord ORDER BY p.ord, p.limit_name),
+           array_agg(p.limit_name ORDER BY p.ord, p.limit_name),
+           array_agg(p.concurrency ORDER BY p.ord, p.limit_name),
+           array_agg(p.rate ORDER BY p.ord, p.limit_name),
+           array_agg(p.per_seconds ORDER BY p.ord, p.limit_name),
+           array_agg(p.burst ORDER BY p.ord, p.limit_name)
+      INTO r_ids, r_toks, r_ords, r_names, r_concs, r_rates, r_pers, r_bursts
+      FROM (
+        SELECT j.id, least(j.lease_token, 9223372036854775806) + 1 AS tok, j.ord,
+               l.limit_name, l.concurrency, l.rate, l.per_seconds, l.burst
+        FROM (
+          SELECT x.id, u.ord, x.lease_token, x.queue_name, x.task, x.limit_key
+          FROM unnest(v_chunk) WITH ORDINALITY AS u(id, ord)
+          JOIN {schema}.jobs AS x ON x.id = u.id
+          WHERE x.status = 'pending' AND NOT x.blocked AND x.available_at <= now()
+          FOR UPDATE OF x SKIP LOCKED
+        ) AS j
+        LEFT JOIN LATERAL {schema}.limits_of(j.queue_name, j.task, j.limit_key) AS l ON true
+      ) AS p;
+    CONTINUE WHEN r_ids IS NULL;  -- all taken or changed meanwhile
+    v_dead := '{}';
+    -- Concurrency: per limit, its free slot numbers to its live requesters in claim order.
+    FOR v_lim IN
+      SELECT q.name, min(q.conc) AS conc, array_agg(q.id ORDER BY q.ord) AS ids,
+             array_agg(q.tok ORDER BY q.ord) AS toks
+      FROM unnest(r_ids, r_toks, r_ords, r_names, r_concs) AS q(id, tok, ord, name, conc)
+      WHERE q.conc IS NOT NULL
+      GROUP BY q.name
+      ORDER BY q.name
+    LOOP
+      v_alive := ARRAY(SELECT a FROM unnest(v_lim.ids) AS a WHERE NOT a = ANY(v_dead));
+      CONTINUE WHEN cardinality(v_alive) = 0;
+      IF v_lim.name = ANY(v_full)
+         -- A limit lowered below slots still held admits nothing until those are freed.
+         OR EXISTS (SELECT 1 FROM {schema}.limit_slots AS h
+                    WHERE h.limit_name = v_lim.name AND h.slot > v_lim.conc) THEN
+        v_got := '{}';
+      ELSE
+        -- The primary key decides; the search is a guess at free numbers, and the advisory
+        -- try-lock keeps two claims from waiting on each other's uncommitted slot.
+        WITH req AS (
+          SELECT r.id, r.tok, row_number() OVER () AS rn
+          FROM unnest(v_lim.ids, v_lim.toks) AS r(id, tok)
+          WHERE NOT r.id = ANY(v_dead)
+        ), free AS (
+          SELECT f.g, row_number() OVER () AS rn
+          FROM (
+            -- Numbers up to the highest held + the number wanted hold enough free ones
+            -- (the highest comes from the primary key's index; a set-returning function
+            -- in FROM is materialised whole, so its range must stay small).
+            SELECT g
+            FROM generate_series(1, least(v_lim.conc, cardinality(v_alive) + coalesce(
+                   (SELECT max(m.slot) FROM {schema}.limit_slots AS m
+                     WHERE m.limit_name = v_lim.name), 0))) AS g
+            WHERE NOT EXISTS (SELECT 1 FROM {schema}.limit_slots AS t
+                              WHERE t.limit_name = v_lim.name AND t.slot = g)
+              AND pg_try_advisory_xact_lock(
+                    hashtextextended('leaseq.slot.' || v_lim.name || '#' || g, 0))
+            LIMIT cardinality(v_alive)
+          ) AS f
+        ), ins AS (
+          INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
+          SELECT v_lim.name, free.g, req.id, req.tok FROM req JOIN free USING (rn)
+          ON CONFLICT DO NOTHING
+          RETURNING job_id
+        )
+        SELECT coalesce(array_agg(job_id), '{}') INTO v_got FROM ins;
+      END IF;
+      IF cardinality(v_got) < cardinality(v_alive) THEN
+        v_full := v_full || v_lim.name;
+        v_dead := v_dead || ARRAY(SELECT a FROM unnest(v_alive) AS a WHERE NOT a = ANY(v_got));
       END IF;
     END LOOP;
-    charged := 0;
-    FOR i IN 1..n LOOP
-      EXIT WHEN NOT ok;
-      IF rates[i] IS NOT NULL THEN
-        ok := {schema}.rate_take(names[i], rates[i], pers[i], bursts[i], 1);
-        IF ok THEN
-          charged := i;
-        ELSE
-          full_ := full_ || names[i];
-        END IF;
+    -- Rates: per limit (bucket locked), how many of its live requesters it admits now
+    -- (GCRA), in claim order; then each bucket is charged for its requesters still alive
+    -- (never more than it admitted), so a candidate refused by one rate costs no other.
+    FOR v_lim IN
+      SELECT q.name, min(q.rate) AS rate, min(q.per) AS per, min(q.burst) AS burst,
+             array_agg(q.id ORDER BY q.ord) AS ids
+      FROM unnest(r_ids, r_ords, r_names, r_rates, r_pers, r_bursts)
+             AS q(id, ord, name, rate, per, burst)
+      WHERE q.rate IS NOT NULL
+      GROUP BY q.name
+      ORDER BY q.name
+    LOOP
+      v_alive := ARRAY(SELECT a FROM unnest(v_lim.ids) AS a WHERE NOT a = ANY(v_dead));
+      CONTINUE WHEN cardinality(v_alive) = 0;
+      v_step := v_lim.per / v_lim.rate;
+      v_m := 0;
+      IF NOT v_lim.name = ANY(v_full) THEN
+        INSERT INTO {schema}.rate_buckets (limit_name, tat) VALUES (v_lim.name, now())
+        ON CONFLICT DO NOTHING;
+        SELECT greatest(b.tat, now()) INTO v_t0 FROM {schema}.rate_buckets AS b
+        WHERE b.limit_name = v_lim.name FOR UPDATE;
+        -- Admits i = 0..m-1 while (t0 + i*step) - now <= (burst - 1) * step.
+        v_m := least(cardinality(v_alive), greatest(0, floor(
+                 ((v_lim.burst - 1) * v_step - extract(epoch FROM v_t0 - now())) / v_step
+                 + 1e-9)::integer + 1));
+      END IF;
+      IF v_m < cardinality(v_alive) THEN
+        v_full := v_full || v_lim.name;
+        v_dead := v_dead || v_alive[v_m + 1 :];
       END IF;
     END LOOP;
-    IF ok THEN
-      picked := picked || c.id;
-      CONTINUE;
+    FOR v_lim IN
+      SELECT q.name, min(q.per / q.rate) AS step, count(*) AS n
+      FROM unnest(r_ids, r_names, r_rates, r_pers) AS q(id, name, rate, per)
+      WHERE q.rate IS NOT NULL AND NOT q.id = ANY(v_dead)
+      GROUP BY q.name
+    LOOP
+      UPDATE {schema}.rate_buckets
+      SET tat = greatest(tat, now()) + make_interval(secs => v_lim.step * v_lim.n)
+      WHERE limit_name = v_lim.name;
+    END LOOP;
+    -- Refused candidates give back the slots they took here.
+    IF cardinality(v_dead) > 0 THEN
+      DELETE FROM {schema}.limit_slots AS s
+      USING unnest(r_ids, r_toks) AS d(id, tok)
+      WHERE s.job_id = d.id AND s.lease_token = d.tok AND d.id = ANY(v_dead);
     END IF;
-    -- Give back what this candidate took: its slots, and its rate tokens (the bucket rows
-    -- are locked by us, so moving tat back by one step restores them exactly).
-    FOR i IN 1..charged LOOP
-      IF rates[i] IS NOT NULL THEN
-        UPDATE {schema}.rate_buckets
-        SET tat = tat - make_interval(secs => pers[i] / rates[i])
-        WHERE limit_name = names[i];
-      END IF;
-    END LOOP;
-    DELETE FROM {schema}.limit_slots WHERE job_id = c.id AND lease_token = token;
-    -- Nothing of this queue can be admitted any more.
-    EXIT WHEN EXISTS (SELECT 1 FROM unnest(full_) AS f WHERE left(f, 6) = 'queue:');
+    v_picked := v_picked || ARRAY(
+      SELECT a.id FROM unnest(r_ids, r_ords) AS a(id, ord)
+      WHERE NOT a.id = ANY(v_dead)
+      GROUP BY a.id ORDER BY min(a.ord)
+    );
+    EXIT WHEN EXISTS (SELECT 1 FROM unnest(v_full) AS f WHERE left(f, 6) = 'queue:');
   END LOOP;
-  RETURN picked;
+  RETURN v_picked;
 END
 $$;
 
