@@ -82,6 +82,7 @@ def read_payload(text: str | None) -> Any:
 @click.option("--delay", type=float, default=None, help="Seconds from now (database clock).")
 @click.option("--max-attempts", type=int, default=8, show_default=True)
 @click.option("--ordering-key", default=None, help="Run after earlier jobs of this key.")
+@click.option("--limit-key", default=None, help="Also under the limit key:KEY (or its family).")
 @unique_options
 @click.option("--json", "as_json", is_flag=True, help="Print {'id': ...} as JSON.")
 @pass_settings
@@ -95,6 +96,7 @@ def enqueue(
     delay: float | None,
     max_attempts: int,
     ordering_key: str | None,
+    limit_key: str | None,
     as_json: bool,
     **unique: Any,
 ) -> None:
@@ -111,6 +113,7 @@ def enqueue(
         delay=delay,
         max_attempts=max_attempts,
         ordering_key=ordering_key,
+        limit_key=limit_key,
         **clean(unique),
     )
     if as_json:

@@ -303,6 +303,8 @@ def test_cli_sets_lists_and_removes_limits_and_refuses_bad_input_in_one_line(
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert [x.name for x in client.limits()] == ["key:cust:*", "queue:emails"]
+    job = int(run(dsn, schema, "enqueue", "t", "--limit-key", "cust:7").stdout)
+    assert rows(dsn, "SELECT limit_key FROM {s}.jobs WHERE id = %s", schema, job) == [("cust:7",)]
     assert "removed by" in run(dsn, schema, "limits", "remove", "queue:emails").stdout
     assert "no limit" in run(dsn, schema, "limits", "remove", "queue:emails").stdout
     actions = [e.action for e in client.admin_events()]
