@@ -197,7 +197,12 @@ BEGIN
       CONTINUE WHEN cardinality(v_alive) = 0;
       v_step := v_lim.per / v_lim.rate;
       v_m := 0;
-      IF NOT v_lim.name = ANY(v_full) THEN
+      -- A bucket another claim holds right now is passed over, not waited for (its
+      -- candidates stay pending): a claim never waits on another claim, so claims taking
+      -- buckets in different orders cannot deadlock.
+      IF NOT v_lim.name = ANY(v_full)
+         AND pg_try_advisory_xact_lock(hashtextextended('leaseq.bucket.' || v_lim.name, 0))
+      THEN
         INSERT INTO {schema}.rate_buckets (limit_name, tat) VALUES (v_lim.name, now())
         ON CONFLICT DO NOTHING;
         SELECT greatest(b.tat, now()) INTO v_t0 FROM {schema}.rate_buckets AS b
