@@ -338,3 +338,42 @@ def test_limit_metrics_show_slots_waiting_jobs_and_rate_wait(client: leaseq.Clie
         if x.startswith('leaseq_limit_rate_wait_seconds{limit="key:api"}')
     ]
     assert wait and float(wait[0].split()[-1]) > 3000
+
+
+def test_concurrent_claims_never_overspend_a_bucket_and_never_deadlock(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Two rate limits per job (its queue's and its key's), no refill within the test: each
+    # bucket admits exactly its burst, whatever the interleaving of six claimers.
+    client.set_limit("queue:q", rate=RateLimit(1, per=3600, burst=12))
+    client.set_limit("key:k:*", rate=RateLimit(1, per=3600, burst=3))
+    client.enqueue_many([{"task": "t", "queue": "q", "limit_key": f"k:{i % 3}"} for i in range(60)])
+    errors: list[BaseException] = []
+
+    def claimer(n: int) -> None:
+        c = leaseq.Client(dsn, schema=schema)
+        try:
+            for _ in range(10):
+                c.claim("q", worker=f"w{n}", limit=4)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    per_key = rows(
+        dsn,
+        "SELECT limit_key, count(*) FROM {s}.jobs WHERE status = 'running' GROUP BY 1",
+        schema,
+    )
+    assert all(n <= 3 for _, n in per_key), per_key
+    assert sum(n for _, n in per_key) <= 12
+    # Every refused job is untouched: pending, no attempt charged.
+    assert rows(
+        dsn, "SELECT count(*) FROM {s}.jobs WHERE status = 'pending' AND attempt_count > 0", schema
+    ) == [(0,)]
