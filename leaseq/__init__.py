@@ -23,6 +23,7 @@ from leaseq.errors import (
     SchemaError,
     UniqueConflict,
 )
+from leaseq.limits import Limit, RateLimit
 from leaseq.models import (
     EffectRecord,
     Failure,
@@ -82,11 +83,13 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LeaseqError",
+    "Limit",
     "Pause",
     "PayloadError",
     "Permanent",
     "QueueSettings",
     "QueueStats",
+    "RateLimit",
     "ReplayRefused",
     "ReplayResult",
     "Retry",

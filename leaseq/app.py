@@ -10,6 +10,7 @@ from leaseq import validate as checks
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
 from leaseq.errors import ConfigError, PayloadError
+from leaseq.limits import RateLimit, limit_params, task_limit_key, task_limit_name
 from leaseq.redact import Redactor, default_redact
 from leaseq.retry import Classifier, ErrorRules, RetryPolicy
 from leaseq.schedule_math import DEFAULT_CATCH_UP_MAX, DEFAULT_GRACE
@@ -43,6 +44,9 @@ class TaskOptions(TypedDict, total=False):
     payload_versions: Iterable[int] | None
     validate: Callable[[Any], Any] | None
     reconcile: Mapping[str, Reconciler] | None
+    concurrency: int | None
+    concurrency_key: str | Callable[[Any], Any] | None
+    rate_limit: RateLimit | None
 
 
 class Task:
@@ -65,6 +69,9 @@ class Task:
         payload_versions: Iterable[int] | None = None,
         validate: Callable[[Any], Any] | None = None,
         reconcile: Mapping[str, Reconciler] | None = None,
+        concurrency: int | None = None,
+        concurrency_key: str | Callable[[Any], Any] | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -92,6 +99,19 @@ class Task:
             if not callable(hook):
                 raise ConfigError(f"reconcile hook for {effect_name!r} is not callable")
         self.is_async = inspect.iscoroutinefunction(fn)
+        if concurrency_key is not None and not (
+            callable(concurrency_key) or isinstance(concurrency_key, str)
+        ):
+            raise ConfigError(f"task {name!r}: concurrency_key is a payload field or a callable")
+        self.concurrency_key = concurrency_key
+        #: The limit this task declares (set by each worker at start), or None.
+        self.limit: tuple[str, int | None, RateLimit | None] | None = None
+        if concurrency is not None or rate_limit is not None:
+            limit_name = task_limit_name(self.name, keyed=concurrency_key is not None)
+            limit_params(limit_name, concurrency, rate_limit, None, None)  # check it now
+            self.limit = (limit_name, concurrency, rate_limit)
+        elif concurrency_key is not None:
+            raise ConfigError(f"task {name!r}: concurrency_key needs concurrency or rate_limit")
 
     def __call__(self, ctx: JobContext, payload: Any) -> Any:
         return self.fn(ctx, payload)
@@ -103,6 +123,10 @@ class Task:
         merged = {"queue": self.queue, "max_attempts": self.max_attempts, "priority": self.priority}
         if self.payload_versions is not None:
             merged["payload_version"] = max(self.payload_versions)
+        if self.concurrency_key is not None and options.get("limit_key") is None:
+            key = self.concurrency_key
+            value = key(payload) if callable(key) else _field(payload, key)
+            merged["limit_key"] = task_limit_key(self.name, value)
         merged.update(options)
         if self.validate is not None:
             # Refuse at enqueue what the worker would refuse anyway, while the caller is here.
@@ -120,6 +144,12 @@ class Task:
         """Enqueue through the app's async client; options as in ``AsyncClient.enqueue``."""
         client = self.app.async_client
         return await client.enqueue(self.name, payload, **self._options(payload, options))
+
+
+def _field(payload: Any, name: str) -> Any:
+    if not isinstance(payload, Mapping) or name not in payload:
+        raise PayloadError(f"concurrency_key: the payload has no field {name!r}")
+    return payload[name]
 
 
 class App:
@@ -213,6 +243,12 @@ class App:
         ``INVALID_PAYLOAD``; its return value is what the handler gets). ``reconcile`` maps
         effect names to hooks ``(ctx, record) -> "done" | "redo" | "dead"`` that settle an
         effect an earlier attempt left uncertain (see ``JobContext.effect``).
+
+        ``concurrency`` caps how many of the task's jobs run at once over all workers, and
+        ``rate_limit`` (a :class:`RateLimit`) how fast they start; with ``concurrency_key``
+        (a payload field name, or a callable of the payload, evaluated at enqueue) the caps
+        hold per key instead (``key:TASK:VALUE``). Workers store them as limits when they
+        start; see docs/limits.md.
 
         The default name is ``module.function``, so it survives refactors only if the
         function stays put; give ``name=`` for tasks with jobs already in flight.

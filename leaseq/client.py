@@ -12,6 +12,7 @@ from leaseq.ops.enqueue import EnqueueOps
 from leaseq.ops.failure import FailureOps
 from leaseq.ops.inspect import InspectOps
 from leaseq.ops.lease import LeaseOps
+from leaseq.ops.limits import LimitOps
 from leaseq.ops.pauses import PauseOps
 from leaseq.ops.schedules import ScheduleOps
 from leaseq.ops.trace import TraceOps
@@ -31,6 +32,7 @@ class Client(
     ScheduleOps,
     TraceOps,
     WebOps,
+    LimitOps,
 ):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 

@@ -1,7 +1,7 @@
 """AsyncClient: enqueue, claim and every fenced transition, over a psycopg connection pool.
 
 The client is its groups of operations combined (``leaseq.ops``: enqueue, the lease
-protocol, failures and the sweep, inspection, operator actions, pauses, schedules, tracing
+protocol, failures and the sweep, inspection, operator actions, pauses, schedules, limits, tracing
 contexts, the dashboard's reads) over one base that owns the pool. ``leaseq/client.py`` (the
 sync ``Client``) is generated from this file, and each ``leaseq/ops/*_async.py`` to its sync
 twin, by ``tools/gen_sync.py``; a test fails when they disagree.
@@ -14,6 +14,7 @@ from leaseq.ops.enqueue_async import AsyncEnqueueOps
 from leaseq.ops.failure_async import AsyncFailureOps
 from leaseq.ops.inspect_async import AsyncInspectOps
 from leaseq.ops.lease_async import AsyncLeaseOps
+from leaseq.ops.limits_async import AsyncLimitOps
 from leaseq.ops.pauses_async import AsyncPauseOps
 from leaseq.ops.schedules_async import AsyncScheduleOps
 from leaseq.ops.trace_async import AsyncTraceOps
@@ -33,6 +34,7 @@ class AsyncClient(
     AsyncScheduleOps,
     AsyncTraceOps,
     AsyncWebOps,
+    AsyncLimitOps,
 ):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 

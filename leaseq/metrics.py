@@ -32,6 +32,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from leaseq.limits import Limit
 from leaseq.models import QueueStats
 from leaseq.pauses import SCOPES, Pause
 from leaseq.unique import OUTCOMES
@@ -245,6 +246,36 @@ METRICS: tuple[MetricSpec, ...] = (
         "1 for each paused queue (absent otherwise): its jobs wait on purpose.",
     ),
     MetricSpec(
+        "leaseq_limit_concurrency",
+        "gauge",
+        ("limit",),
+        "database",
+        "The concurrency of each limit that has one (queue:, task:, key: or a key family).",
+    ),
+    MetricSpec(
+        "leaseq_limit_slots_in_use",
+        "gauge",
+        ("limit",),
+        "database",
+        "Slots of each concurrency limit held by running jobs (a family: over all its keys).",
+    ),
+    MetricSpec(
+        "leaseq_limit_waiting_jobs",
+        "gauge",
+        ("limit",),
+        "database",
+        "Claimable jobs under each limit (not families) that are still pending: held back "
+        "while its slots are in use or its rate admits no more.",
+    ),
+    MetricSpec(
+        "leaseq_limit_rate_wait_seconds",
+        "gauge",
+        ("limit",),
+        "database",
+        "Seconds until each rate limit admits one more claim (0: now); above 0 while the "
+        "rate refuses claims.",
+    ),
+    MetricSpec(
         "leaseq_lock_waits",
         "gauge",
         (),
@@ -448,7 +479,7 @@ class WorkerMetrics:
 class DatabaseCollector(Collector):
     """Computes the database metrics on each scrape through ``fetch`` (a callable that runs
     the ``queue_stats`` and ``database_health`` statements; the pauses in force, when given,
-    as ``extra["pauses"]``)."""
+    as ``extra["pauses"]``, and the limits as ``extra["limits"]``)."""
 
     def __init__(self, fetch: Callable[[], tuple[list[QueueStats], dict[str, Any]]]) -> None:
         self._fetch = fetch
@@ -492,6 +523,7 @@ class DatabaseCollector(Collector):
         lag = family("leaseq_schedule_lag_seconds")
         lag.add_metric([], extra.get("schedule_lag", 0.0))
         yield lag
+        yield from _limit_families(extra.get("limits", []), family)
         took = family("leaseq_metrics_query_seconds")
         took.add_metric([], elapsed)
         yield from (expired, locks, conns, took)
@@ -513,6 +545,26 @@ def _pause_families(
         if p.scope == "queue":
             queues.add_metric([p.value], 1)
     yield from (count, oldest, queues)
+
+
+def _limit_families(
+    limits: list[Limit], family: Callable[[str], GaugeMetricFamily]
+) -> Iterator[Metric]:
+    conc, used, waiting, wait = (
+        family("leaseq_limit_concurrency"),
+        family("leaseq_limit_slots_in_use"),
+        family("leaseq_limit_waiting_jobs"),
+        family("leaseq_limit_rate_wait_seconds"),
+    )
+    for x in limits:
+        if x.concurrency is not None:
+            conc.add_metric([x.name], x.concurrency)
+            used.add_metric([x.name], x.in_use)
+        if x.waiting is not None:
+            waiting.add_metric([x.name], x.waiting)
+        if x.rate_wait is not None:
+            wait.add_metric([x.name], x.rate_wait)
+    yield from (conc, used, waiting, wait)
 
 
 def database_registry(

@@ -59,6 +59,9 @@ class Lease:
     ordering_key: str | None = None
     #: The job's unique key (its completion and failure then update who holds the key).
     unique_key: str | None = None
+    #: Claimed under limits: the lease may hold concurrency slots, which the statement that
+    #: ends it gives back (so its completion takes the coordinated statements).
+    limited: bool = False
     #: Local monotonic time the lease object was made (at the claim), for elapsed times.
     claimed_monotonic: float = field(
         default_factory=time.monotonic, repr=False, compare=False, kw_only=True
@@ -220,6 +223,7 @@ class JobSpec:
     on_conflict: str | None = None
     debounce: float | dt.timedelta | None = None
     debounce_max: float | dt.timedelta | None = None
+    limit_key: str | None = None
 
 
 @dataclass(frozen=True)

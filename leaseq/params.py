@@ -16,6 +16,7 @@ from typing import Any, Unpack
 
 from leaseq import validate
 from leaseq.errors import ConfigError
+from leaseq.limits import check_limit_key
 from leaseq.models import Failure, JobFilter, JobSpec, Lease
 from leaseq.redact import Redactor
 from leaseq.retry import ErrorClass, RetryPolicy
@@ -111,6 +112,7 @@ def job_params(job: Mapping[str, Any], payload_limit: int) -> dict[str, Any]:
         "idempotency_key": validate.check_idempotency_key(job["idempotency_key"]),
         "ordering_key": validate.check_ordering_key(job["ordering_key"]),
         "key_policy": validate.check_key_policy(job["key_policy"]),
+        "limit_key": check_limit_key(job["limit_key"]),
     }
 
 
@@ -142,6 +144,7 @@ def job_arrays(params_list: Sequence[Mapping[str, Any]], channel: str) -> dict[s
         "idempotency_keys": [p["idempotency_key"] for p in params_list],
         "ordering_keys": [p["ordering_key"] for p in params_list],
         "key_policies": [p["key_policy"] for p in params_list],
+        "limit_keys": [p["limit_key"] for p in params_list],
         "channel": channel,
     }
 
@@ -161,6 +164,7 @@ def copy_row(job_id: int, p: Mapping[str, Any], db_now: dt.datetime) -> tuple[An
         p["max_attempts"],
         p["payload_version"],
         p["idempotency_key"],
+        p["limit_key"],
     )
 
 
@@ -174,6 +178,13 @@ def default_idempotency_key(job_id: int, created_at: dt.datetime) -> str:
 
 
 # -- fences ----------------------------------------------------------------------------
+
+
+def coordinated(lease: Lease) -> bool:
+    """Does ending this lease take the coordinated statements (complete_keyed_jobs,
+    fail_keyed_jobs)? Yes for a unique key (who holds it changes) and for a lease claimed
+    under limits (its slots are given back in the same statement)."""
+    return lease.unique_key is not None or lease.limited
 
 
 def fence_arrays(leases: Sequence[Lease]) -> dict[str, list[Any]]:

@@ -14,6 +14,7 @@ import click
 import psycopg
 from prometheus_client import disable_created_metrics
 
+from leaseq.cli.limits import render_limits
 from leaseq.cli.render import age, emit_json, render_status, table
 from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
 from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
@@ -81,6 +82,7 @@ def read_payload(text: str | None) -> Any:
 @click.option("--delay", type=float, default=None, help="Seconds from now (database clock).")
 @click.option("--max-attempts", type=int, default=8, show_default=True)
 @click.option("--ordering-key", default=None, help="Run after earlier jobs of this key.")
+@click.option("--limit-key", default=None, help="Also under the limit key:KEY (or its family).")
 @unique_options
 @click.option("--json", "as_json", is_flag=True, help="Print {'id': ...} as JSON.")
 @pass_settings
@@ -94,6 +96,7 @@ def enqueue(
     delay: float | None,
     max_attempts: int,
     ordering_key: str | None,
+    limit_key: str | None,
     as_json: bool,
     **unique: Any,
 ) -> None:
@@ -110,6 +113,7 @@ def enqueue(
         delay=delay,
         max_attempts=max_attempts,
         ordering_key=ordering_key,
+        limit_key=limit_key,
         **clean(unique),
     )
     if as_json:
@@ -126,7 +130,8 @@ def enqueue(
 @click.option("--interval", type=float, default=2.0, show_default=True)
 @pass_settings
 def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> None:
-    """Per-queue counts and the age of the oldest claimable job; paused queues marked."""
+    """Per-queue counts and the age of the oldest claimable job; paused queues marked;
+    then the limits, with their slots in use and jobs waiting."""
     while True:
         stats = settings.client.queue_stats(throughput=True)
         pauses = settings.client.pauses()
@@ -137,6 +142,8 @@ def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> N
             if watch:
                 click.clear()
             click.echo(render_status(stats, pauses))
+            if found := settings.client.limits():
+                click.echo("\n" + render_limits(found))
         if not watch:
             return
         time.sleep(interval)
@@ -492,7 +499,11 @@ def metrics_serve(settings: Settings, port: int, host: str) -> None:
     registry = database_registry(
         lambda: (
             client.queue_stats(),
-            {**client.database_health(), "pauses": client.pauses()},
+            {
+                **client.database_health(),
+                "pauses": client.pauses(),
+                "limits": client.limits(),
+            },
         )
     )
     server = ObservabilityServer(registry, port=port, host=host, ready=ready).start()

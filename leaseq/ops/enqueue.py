@@ -55,6 +55,7 @@ class EnqueueOps(ClientBase):
         on_conflict: str | None = None,
         debounce: Any = None,
         debounce_max: Any = None,
+        limit_key: str | None = None,
         connection: Connection[Any] | None = None,
     ) -> EnqueueResult:
         """Store one job; returns its id (an :class:`EnqueueResult`, an ``int``).
@@ -74,6 +75,9 @@ class EnqueueOps(ClientBase):
         queues a follow-up behind a running one. ``debounce`` (implies replace) starts the
         job that long after the latest enqueue, but no later than ``debounce_max`` after
         the first. See docs/unique.md.
+
+        ``limit_key``: the job is also under the limit ``key:<limit_key>`` (or its family,
+        e.g. ``key:customer:*``), besides its queue's and task's. See docs/limits.md.
         """
         params = job_params(
             {
@@ -94,6 +98,7 @@ class EnqueueOps(ClientBase):
                 "on_conflict": on_conflict,
                 "debounce": debounce,
                 "debounce_max": debounce_max,
+                "limit_key": limit_key,
             },
             self.payload_limit,
         )

@@ -17,7 +17,7 @@ from psycopg import Connection
 from leaseq import validate
 from leaseq.models import Failure, Lease, SweepResult
 from leaseq.ops.base import ClientBase
-from leaseq.params import expire_params, fail_params, fence_arrays
+from leaseq.params import coordinated, expire_params, fail_params, fence_arrays
 from leaseq.retry import ErrorClass, RetryPolicy
 from leaseq.states import JobStatus
 
@@ -31,10 +31,11 @@ class FailureOps(ClientBase):
         if not failures:
             return {}
         result = {}
-        plain = [f for f in failures if f.lease.unique_key is None]
-        unique = [f for f in failures if f.lease.unique_key is not None]
-        # Jobs with a unique key take fail_keyed_jobs (superseded jobs are not retried, and
-        # an ending job updates who holds its key); the others the plain statement.
+        plain = [f for f in failures if not coordinated(f.lease)]
+        unique = [f for f in failures if coordinated(f.lease)]
+        # Jobs with a unique key or claimed under limits take fail_keyed_jobs (superseded
+        # jobs are not retried, an ending job updates who holds its key, slots are given
+        # back); the others the plain statement.
         for name, group in (("fail_jobs", plain), ("fail_keyed_jobs", unique)):
             if group:
                 params = fail_params(group, self.retry_policy, self.redact)
@@ -91,6 +92,8 @@ class FailureOps(ClientBase):
         total = SweepResult()
         # Upkeep: one bounded batch of ended unique-key windows per sweep.
         self._rows("delete_expired_windows", {"limit": batch})
+        # And a safety net for limit slots whose lease is no longer running.
+        self._rows("delete_orphan_slots", {})
         while True:
             with self._pooled() as conn, conn.transaction():
                 locked = self._rows("lock_expired_leases", {"limit": batch}, conn)

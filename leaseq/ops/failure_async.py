@@ -13,7 +13,7 @@ from psycopg import AsyncConnection
 from leaseq import validate
 from leaseq.models import Failure, Lease, SweepResult
 from leaseq.ops.base_async import AsyncClientBase
-from leaseq.params import expire_params, fail_params, fence_arrays
+from leaseq.params import coordinated, expire_params, fail_params, fence_arrays
 from leaseq.retry import ErrorClass, RetryPolicy
 from leaseq.states import JobStatus
 
@@ -27,10 +27,11 @@ class AsyncFailureOps(AsyncClientBase):
         if not failures:
             return {}
         result = {}
-        plain = [f for f in failures if f.lease.unique_key is None]
-        unique = [f for f in failures if f.lease.unique_key is not None]
-        # Jobs with a unique key take fail_keyed_jobs (superseded jobs are not retried, and
-        # an ending job updates who holds its key); the others the plain statement.
+        plain = [f for f in failures if not coordinated(f.lease)]
+        unique = [f for f in failures if coordinated(f.lease)]
+        # Jobs with a unique key or claimed under limits take fail_keyed_jobs (superseded
+        # jobs are not retried, an ending job updates who holds its key, slots are given
+        # back); the others the plain statement.
         for name, group in (("fail_jobs", plain), ("fail_keyed_jobs", unique)):
             if group:
                 params = fail_params(group, self.retry_policy, self.redact)
@@ -87,6 +88,8 @@ class AsyncFailureOps(AsyncClientBase):
         total = SweepResult()
         # Upkeep: one bounded batch of ended unique-key windows per sweep.
         await self._rows("delete_expired_windows", {"limit": batch})
+        # And a safety net for limit slots whose lease is no longer running.
+        await self._rows("delete_orphan_slots", {})
         while True:
             async with self._pooled() as conn, conn.transaction():
                 locked = await self._rows("lock_expired_leases", {"limit": batch}, conn)

@@ -15,7 +15,13 @@ from leaseq import validate
 from leaseq.models import Heartbeat, Lease
 from leaseq.ops.base_async import AsyncClientBase
 from leaseq.owners import claim_owner
-from leaseq.params import detail, fence_arrays, fence_groups, unclaimable_params
+from leaseq.params import (
+    coordinated,
+    detail,
+    fence_arrays,
+    fence_groups,
+    unclaimable_params,
+)
 from leaseq.rows import Unclaimable, leases_from_rows
 from leaseq.states import JobStatus
 
@@ -45,11 +51,12 @@ class AsyncLeaseOps(AsyncClientBase):
         its reason, under the lease just taken, and left out: it costs only its own job.
         """
         seconds = validate.check_positive_seconds("lease_seconds", lease_seconds)
+        want = validate.check_int("limit", limit, 1, validate.CLAIM_LIMIT_MAX)
         params = {
             "queue": validate.check_name("queue", queue),
             "owner": claim_owner(validate.check_worker_id(worker)),
             "lease_seconds": seconds,
-            "limit": validate.check_int("limit", limit, 1, validate.CLAIM_LIMIT_MAX),
+            "limit": want,
         }
         rows = await self._rows("claim_jobs", params, connection)
         leases, unclaimable = leases_from_rows(rows, seconds)
@@ -111,18 +118,19 @@ class AsyncLeaseOps(AsyncClientBase):
         self, leases: Sequence[Lease], *, connection: AsyncConnection[Any] | None = None
     ) -> set[int]:
         """Mark jobs succeeded, fenced; returns the ids that were still ours. Leases of
-        jobs with a unique key take complete_keyed_jobs (which updates who holds the key);
-        the others the plain statement."""
+        jobs with a unique key or claimed under limits take complete_keyed_jobs (which
+        updates who holds the key and gives back limit slots); the others the plain
+        statement."""
         if not leases:
             return set()
-        unique = [lease for lease in leases if lease.unique_key is not None]
+        unique = [lease for lease in leases if coordinated(lease)]
         if not unique or len(unique) == len(leases):
             name = "complete_keyed_jobs" if unique else "complete_jobs"
             keys = [lease.ordering_key for lease in leases]
             rows = await self._change_jobs(name, fence_groups(leases), keys, connection)
             return {int(row[0]) for row in rows}
         # A mixed batch: both statements, in one transaction.
-        plain = [lease for lease in leases if lease.unique_key is None]
+        plain = [lease for lease in leases if not coordinated(lease)]
         async with self._transaction(connection) as conn:
             done = await self.complete_many(plain, connection=conn)
             return done | await self.complete_many(unique, connection=conn)

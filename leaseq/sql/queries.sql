@@ -19,7 +19,7 @@ ins AS (
   INSERT INTO {schema}.jobs
     (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
      payload_version, idempotency_key, ordering_key, key_policy, blocked, unique_key,
-     unique_for, unique_states, debounce_until)
+     unique_for, unique_states, debounce_until, limit_key)
   OVERRIDING SYSTEM VALUE
   SELECT lock.job_id, %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(priority)s,
          coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
@@ -31,7 +31,7 @@ ins AS (
            WHERE b.ordering_key = %(ordering_key)s AND {_key_blocking}
          ),
          %(unique_key)s, %(unique_for)s::float8, %(unique_states)s::text[],
-         now() + make_interval(secs => %(debounce_max)s::float8)
+         now() + make_interval(secs => %(debounce_max)s::float8), %(limit_key)s
   FROM lock
   RETURNING id, queue_name, available_at, blocked
 )
@@ -54,6 +54,17 @@ key_windows AS (
   WHERE k.unique_key = f.unique_key AND k.job_id = f.id AND k.held_until IS NULL
     AND NOT coalesce(f.unique_for IS NOT NULL AND f.status::text = ANY(f.unique_states), false)
   RETURNING k.job_id
+)
+
+-- name: _slots_release
+-- The concurrency slots of the leases a fenced statement just ended (CTE upd: id,
+-- lease_token), given back in that same statement. Matched by the lease token, so only the
+-- transition that ended the lease that took them can free them: a stale worker's write,
+-- refused by the fence, frees nothing, and no slot is ever freed twice.
+slots_freed AS (
+  DELETE FROM {schema}.limit_slots AS s
+  USING upd
+  WHERE s.job_id = upd.id AND s.lease_token = upd.lease_token
 )
 
 -- name: _unique_superseded
@@ -131,11 +142,11 @@ SELECT max(version) FROM {schema}.schema_version;
 -- which cost single enqueues about 15% even when it did not apply).
 INSERT INTO {schema}.jobs
   (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-   payload_version, idempotency_key, key_policy)
+   payload_version, idempotency_key, key_policy, limit_key)
 VALUES (
   %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(priority)s,
   coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
-  %(max_attempts)s, %(payload_version)s, %(idempotency_key)s, %(key_policy)s
+  %(max_attempts)s, %(payload_version)s, %(idempotency_key)s, %(key_policy)s, %(limit_key)s
 )
 RETURNING id, CASE WHEN available_at <= now() THEN pg_notify(%(channel)s, queue_name)::text END;
 
@@ -144,7 +155,7 @@ RETURNING id, CASE WHEN available_at <= now() THEN pg_notify(%(channel)s, queue_
 WITH ins AS (
   INSERT INTO {schema}.jobs
     (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-     payload_version, idempotency_key, ordering_key, key_policy, blocked)
+     payload_version, idempotency_key, ordering_key, key_policy, blocked, limit_key)
   VALUES (
     %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
@@ -155,7 +166,8 @@ WITH ins AS (
     EXISTS (
       SELECT 1 FROM {schema}.jobs AS b
       WHERE b.ordering_key = %(ordering_key)s AND {_key_blocking}
-    )
+    ),
+    %(limit_key)s
   )
   RETURNING id, queue_name, available_at
 )
@@ -266,7 +278,7 @@ FROM ins;
 WITH ins AS (
   INSERT INTO {schema}.jobs
     (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-     payload_version, idempotency_key, ordering_key, key_policy, blocked)
+     payload_version, idempotency_key, ordering_key, key_policy, blocked, limit_key)
   SELECT u.queue, u.task, u.payload, u.priority, u.priority,
          coalesce(u.run_at, now() + make_interval(secs => u.delay)), u.max_attempts,
          u.payload_version, u.idempotency_key, u.ordering_key, u.key_policy,
@@ -278,15 +290,16 @@ WITH ins AS (
              SELECT 1 FROM {schema}.jobs AS b
              WHERE b.ordering_key = u.ordering_key AND {_key_blocking}
            )
-         )
+         ),
+         u.limit_key
   FROM unnest(
     %(queues)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[], %(priorities)s::int[],
     %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::int[],
     %(payload_versions)s::int[], %(idempotency_keys)s::text[], %(ordering_keys)s::text[],
-    %(key_policies)s::text[]
+    %(key_policies)s::text[], %(limit_keys)s::text[]
   ) WITH ORDINALITY
     AS u(queue, task, payload, priority, run_at, delay, max_attempts, payload_version,
-         idempotency_key, ordering_key, key_policy, ord)
+         idempotency_key, ordering_key, key_policy, limit_key, ord)
   ORDER BY u.ord
   RETURNING id, queue_name, available_at
 )
@@ -311,9 +324,21 @@ FROM generate_series(1, %(n)s) AS g;
 -- COPY writes the reserved ids into the identity column as given.
 COPY {schema}.jobs
   (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-   payload_version, idempotency_key)
+   payload_version, idempotency_key, limit_key)
 FROM STDIN;
 
+
+-- name: _claim_candidates
+-- (Before _not_paused, which it uses: fragments are expanded in file order.)
+-- The claimable jobs of %(queue)s in claim order (jobs_claimable_idx), pauses left out.
+SELECT id
+  FROM {schema}.jobs AS c
+  WHERE queue_name = %(queue)s
+    AND status = 'pending'
+    AND NOT blocked
+    AND available_at <= now()
+    AND {_not_paused}
+  ORDER BY priority DESC, available_at, id
 
 -- name: _not_paused
 -- The claim's pause check (candidate alias c; parameter %(queue)s).
@@ -337,6 +362,13 @@ NOT EXISTS (SELECT 1 FROM {schema}.pauses WHERE false FOR SHARE)
          OR NOT EXISTS (SELECT 1 FROM {schema}.pauses WHERE scope = 'ordering_key')
          OR NOT EXISTS (SELECT 1 FROM {schema}.pauses AS pk
                         WHERE pk.scope = 'ordering_key' AND pk.value = c.ordering_key))
+
+-- name: _limits_apply
+-- Could any limit apply to a claim of queue %(queue)s? An uncorrelated test of the small
+-- limits table (an InitPlan, run once per statement): with no limit on this queue and no
+-- task or key limit anywhere, the claim takes its plain path, as cheap as without limits.
+EXISTS (SELECT 1 FROM {schema}.limits
+        WHERE left(name, 6) <> 'queue:' OR name IN ('queue:' || %(queue)s, 'queue:*'))
 
 -- name: claim_jobs
 -- The seed's claim: lock candidates with SKIP LOCKED and flip them to running in the same
@@ -365,18 +397,17 @@ SET status = 'running',
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     started_at = now(),
     heartbeat_at = now()
-WHERE j.id = ANY(ARRAY(
-  SELECT id
-  FROM {schema}.jobs AS c
-  WHERE queue_name = %(queue)s
-    AND status = 'pending'
-    AND NOT blocked
-    AND available_at <= now()
-    AND {_not_paused}
-  ORDER BY priority DESC, available_at, id
-  LIMIT %(limit)s
-  FOR UPDATE SKIP LOCKED
-))
+WHERE j.id = ANY(CASE
+  WHEN NOT {_limits_apply} THEN ARRAY({_claim_candidates} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+  -- Limits: a bounded scan of candidates (enough to step over a few full keys, bounded so
+  -- the claim stays short), read unlocked in claim order; admit() locks each it tries
+  -- (SKIP LOCKED, re-checked), takes their slots
+  -- and rate tokens and returns the first %(limit)s that got all of them. The others stay
+  -- pending in their place (no attempt charged) and the claim takes later work instead.
+  ELSE (SELECT {schema}.admit(
+          ARRAY({_claim_candidates} LIMIT least(4 * %(limit)s + 32, 2000)),
+          %(limit)s))
+END)
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::text,
           j.attempt_count, j.max_attempts, j.priority, j.payload_version,
           j.unknown_failures,
@@ -386,6 +417,9 @@ RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::t
           coalesce(j.idempotency_key, 'leaseq-job-' || j.id || '-'
                    || to_char(j.created_at AT TIME ZONE 'UTC', 'YYYYMMDDHH24MISSUS')),
           j.ordering_key, j.unique_key,
+          -- Claimed under limits: the lease may hold slots, so its end must take the
+          -- statements that give them back (complete_keyed_jobs, fail_keyed_jobs).
+          {_limits_apply},
           -- Times as float8 seconds: the clock, then ages (see leases_from_rows).
           date_part('epoch', now()),
           CASE WHEN isfinite(j.created_at) THEN date_part('epoch', now() - j.created_at) END,
@@ -447,8 +481,9 @@ WHERE {_owned_by_token}
 RETURNING j.id;
 
 -- name: complete_keyed_jobs
--- complete_jobs for leases of jobs with a unique key (the plain statement stays as it is):
--- the key becomes a window or is let go in the same statement (see _unique_release).
+-- complete_jobs for leases of jobs with a unique key or claimed under limits (the plain
+-- statement stays as it is): the key becomes a window or is let go (see _unique_release)
+-- and the lease's limit slots are given back (_slots_release), in the same statement.
 WITH upd AS (
   UPDATE {schema}.jobs AS j
   SET status = 'succeeded',
@@ -456,10 +491,10 @@ WITH upd AS (
       lease_owner = NULL,
       lease_expires_at = NULL
   WHERE {_owned_by_token}
-  RETURNING j.id, j.status, j.unique_key, j.unique_for, j.unique_states
+  RETURNING j.id, j.status, j.lease_token, j.unique_key, j.unique_for, j.unique_states
 ), fin AS (
   SELECT * FROM upd WHERE unique_key IS NOT NULL
-), {_unique_release}
+), {_unique_release}, {_slots_release}
 SELECT id FROM upd;
 
 -- name: fail_jobs
@@ -505,7 +540,8 @@ RETURNING job_id, to_status::text;
 -- fail_jobs for leases of jobs with a unique key. Two differences: a job whose key moved
 -- to a follow-up (superseded) and would be retried ends cancelled with SUPERSEDED instead,
 -- and a job that ends releases its key or keeps it as a window (_unique_release), all in
--- this one statement. Also used for rows the claim could not read (a rare path).
+-- this one statement. Also used for rows the claim could not read (a rare path), and
+-- for leases claimed under limits: their slots are given back here (_slots_release).
 WITH d0 AS (
   SELECT *
   FROM unnest(
@@ -542,7 +578,7 @@ WITH d0 AS (
             j.unique_key, j.unique_for, j.unique_states
 ), fin AS (
   SELECT * FROM upd WHERE unique_key IS NOT NULL AND status <> 'pending'
-), {_unique_release}
+), {_unique_release}, {_slots_release}
 INSERT INTO {schema}.job_events
   (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
    error_class, detail)
@@ -558,7 +594,7 @@ RETURNING job_id, to_status::text;
 
 -- name: release_jobs
 -- Gives back leases whose handler never started (shutdown): the attempt is not charged
--- and available_at is kept, so the job keeps its place in line.
+-- and available_at is kept, so the job keeps its place in line. Its limit slots go too.
 WITH upd AS (
   UPDATE {schema}.jobs AS j
   SET status = 'pending',
@@ -572,7 +608,7 @@ WITH upd AS (
     AND j.lease_token = l.token
     AND j.lease_expires_at > now()
   RETURNING j.id, j.lease_token, j.attempt_count, l.owner
-)
+), {_slots_release}
 INSERT INTO {schema}.job_events
   (job_id, event, from_status, to_status, actor, lease_token, attempt)
 SELECT id, 'released', 'running', 'pending', owner, lease_token, attempt_count
@@ -599,7 +635,9 @@ FOR UPDATE SKIP LOCKED;
 -- by the retry policy (a cancel request turns a retry into cancelled, as in fail_jobs).
 -- Still fenced by token and "expired", so it only touches rows the first half locked.
 -- Unique keys as in fail_keyed_jobs: a superseded job is not requeued (cancelled,
--- SUPERSEDED), and a job that ends lets its key go or keeps it as a window.
+-- SUPERSEDED), and a job that ends lets its key go or keeps it as a window. The expired
+-- leases' limit slots are freed here (_slots_release): a crashed worker's slots come back
+-- with the sweep that ends its leases.
 WITH d0 AS (
   SELECT *
   FROM unnest(
@@ -633,7 +671,7 @@ WITH d0 AS (
             j.unique_key, j.unique_for, j.unique_states
 ), fin AS (
   SELECT * FROM upd WHERE unique_key IS NOT NULL AND status <> 'pending'
-), {_unique_release}
+), {_unique_release}, {_slots_release}
 INSERT INTO {schema}.job_events
   (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
    error_class, detail)
@@ -1465,3 +1503,146 @@ SELECT count(*) FROM (
 
 -- name: web_job_ordering_key
 SELECT ordering_key FROM {schema}.jobs WHERE id = %(id)s;
+
+-- ---------------------------------------------------------------------------------------
+-- Limits (leaseq.ops.limits_async). The claim's side is admit() (migration 0011), the
+-- release is _slots_release in the fenced statements.
+
+-- name: set_limit
+-- Upsert a limit, audited in admin_events in the same statement. A lower concurrency does
+-- not take slots away from running jobs: it applies to the claims that follow.
+WITH up AS (
+  INSERT INTO {schema}.limits AS l
+    (name, concurrency, rate, per_seconds, burst, updated_by, updated_at)
+  VALUES (%(name)s, %(concurrency)s, %(rate)s, %(per)s, %(burst)s, %(actor)s, now())
+  ON CONFLICT (name) DO UPDATE
+  SET concurrency = excluded.concurrency, rate = excluded.rate,
+      per_seconds = excluded.per_seconds, burst = excluded.burst,
+      updated_by = excluded.updated_by, updated_at = now()
+  RETURNING name
+), audit AS (
+  INSERT INTO {schema}.admin_events (actor, action, scope, value, reason, detail)
+  SELECT %(actor)s, 'limit_set', 'limit', left(name, 200), %(reason)s,
+         'concurrency ' || coalesce(%(concurrency)s::text, 'none') || ', rate '
+         || coalesce(%(rate)s::text || ' per ' || %(per)s::text || 's burst '
+                     || %(burst)s::text, 'none')
+  FROM up
+)
+SELECT name FROM up;
+
+-- name: declare_limit
+-- A worker declaring its tasks' limits at start: inserted when missing, else left as it
+-- is when already equal; a different value is updated and audited (the code changed).
+WITH old AS (
+  SELECT concurrency, rate, per_seconds, burst FROM {schema}.limits WHERE name = %(name)s
+), up AS (
+  INSERT INTO {schema}.limits AS l
+    (name, concurrency, rate, per_seconds, burst, updated_by, updated_at)
+  SELECT %(name)s, %(concurrency)s, %(rate)s, %(per)s, %(burst)s, %(actor)s, now()
+  WHERE NOT EXISTS (
+    SELECT 1 FROM old
+    WHERE old.concurrency IS NOT DISTINCT FROM %(concurrency)s::int
+      AND old.rate IS NOT DISTINCT FROM %(rate)s::float8
+      AND old.per_seconds = %(per)s::float8 AND old.burst = %(burst)s::int
+  )
+  ON CONFLICT (name) DO UPDATE
+  SET concurrency = excluded.concurrency, rate = excluded.rate,
+      per_seconds = excluded.per_seconds, burst = excluded.burst,
+      updated_by = excluded.updated_by, updated_at = now()
+  RETURNING name
+), audit AS (
+  INSERT INTO {schema}.admin_events (actor, action, scope, value, reason, detail)
+  SELECT %(actor)s, 'limit_set', 'limit', left(name, 200), %(reason)s,
+         'declared by a task: concurrency ' || coalesce(%(concurrency)s::text, 'none')
+         || ', rate ' || coalesce(%(rate)s::text || ' per ' || %(per)s::text || 's', 'none')
+  FROM up
+)
+SELECT name FROM up;
+
+-- name: remove_limit
+WITH del AS (
+  DELETE FROM {schema}.limits WHERE name = %(name)s RETURNING name
+), audit AS (
+  INSERT INTO {schema}.admin_events (actor, action, scope, value, reason)
+  SELECT %(actor)s, 'limit_removed', 'limit', left(name, 200), %(reason)s FROM del
+)
+SELECT name FROM del;
+
+-- name: list_limits
+-- Each limit with what it holds: slots in use (a family: over all its keys), the jobs
+-- waiting on it (claimable and pending; exact names only, a family would need a scan of
+-- every key) and how long until its rate bucket admits one more claim.
+SELECT l.name, l.concurrency, l.rate, l.per_seconds, l.burst, l.updated_by, l.updated_at,
+       (SELECT count(*) FROM {schema}.limit_slots AS s
+         WHERE s.limit_name = l.name
+            OR (right(l.name, 2) = ':*'
+                AND left(s.limit_name, length(l.name) - 1) = left(l.name, length(l.name) - 1)
+                AND position(':' IN substr(s.limit_name, length(l.name))) = 0)),
+       CASE WHEN right(l.name, 2) = ':*' THEN NULL
+            ELSE (SELECT count(*) FROM {schema}.jobs AS j
+                  WHERE j.status = 'pending' AND NOT j.blocked AND j.available_at <= now()
+                    AND CASE split_part(l.name, ':', 1)
+                          WHEN 'queue' THEN j.queue_name = substr(l.name, 7)
+                          WHEN 'task' THEN j.task = substr(l.name, 6)
+                          ELSE j.limit_key = substr(l.name, 5)
+                        END)
+       END,
+       CASE WHEN right(l.name, 2) = ':*' THEN NULL
+            ELSE {schema}.rate_wait(l.name, l.rate, l.per_seconds, l.burst, 1) END
+FROM {schema}.limits AS l
+ORDER BY l.name;
+
+-- name: rate_consume
+-- Charge a rate limit's bucket for work done outside jobs (the same bucket claims use).
+-- No row: no rate limit of that name (or family).
+SELECT {schema}.rate_take(%(name)s, l.rate, l.per_seconds, l.burst, %(cost)s)
+FROM {schema}.limits AS l
+WHERE l.name IN (%(name)s, regexp_replace(%(name)s, '[^:]*$', '*')) AND l.rate IS NOT NULL
+ORDER BY l.name = %(name)s DESC
+LIMIT 1;
+
+-- name: rate_available
+-- Tokens the bucket would admit now, and seconds until the next one frees up.
+SELECT greatest(0, floor(
+         (l.per_seconds / l.rate * l.burst
+          - greatest(0, coalesce(extract(epoch FROM b.tat - now()), 0)))
+         / (l.per_seconds / l.rate) + 1e-9))::int,
+       {schema}.rate_wait(%(name)s, l.rate, l.per_seconds, l.burst, 1)
+FROM {schema}.limits AS l
+LEFT JOIN {schema}.rate_buckets AS b ON b.limit_name = %(name)s
+WHERE l.name IN (%(name)s, regexp_replace(%(name)s, '[^:]*$', '*')) AND l.rate IS NOT NULL
+ORDER BY l.name = %(name)s DESC
+LIMIT 1;
+
+-- name: claim_wait
+-- After a claim came back short: are there limits at all (if not, the fetcher stops
+-- asking until its next poll), and how long until a rate limit of the first claimable
+-- jobs of these queues admits one (NULL: no rate limit holds them back). The worker sleeps
+-- until then instead of polling a bucket that cannot admit yet.
+SELECT EXISTS (SELECT 1 FROM {schema}.limits),
+       (SELECT min(w.wait)
+          FROM (SELECT c.queue_name, c.task, c.limit_key
+                  FROM {schema}.jobs AS c
+                 WHERE c.queue_name = ANY(%(queues)s::text[]) AND c.status = 'pending'
+                   AND NOT c.blocked AND c.available_at <= now()
+                 ORDER BY c.priority DESC, c.available_at, c.id
+                 LIMIT 50) AS h
+          CROSS JOIN LATERAL (
+            SELECT max({schema}.rate_wait(x.limit_name, x.rate, x.per_seconds, x.burst, 1))
+                     AS wait
+            FROM {schema}.limits_of(h.queue_name, h.task, h.limit_key) AS x
+            WHERE x.rate IS NOT NULL
+          ) AS w
+         WHERE EXISTS (SELECT 1 FROM {schema}.limits WHERE rate IS NOT NULL)
+           AND w.wait > 0);
+
+-- name: delete_orphan_slots
+-- The sweep's safety net: slots whose lease is no longer running (nothing leaseq writes
+-- leaves one; a job deleted or changed by hand could). Slots of running leases are never
+-- touched, and a slot taken by a claim still in flight is not visible yet.
+DELETE FROM {schema}.limit_slots AS s
+WHERE NOT EXISTS (
+  SELECT 1 FROM {schema}.jobs AS j
+  WHERE j.id = s.job_id AND j.status = 'running' AND j.lease_token = s.lease_token
+)
+RETURNING s.limit_name;

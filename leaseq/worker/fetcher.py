@@ -7,6 +7,11 @@ their own connections: one claim at a time would cap a worker at one batch per r
 Each round splits the free slots between the queues by weight (``WeightedShares``); slots
 promised to a claim in flight are reserved so that claimers do not over-claim.
 
+After a round that came back short, the fetcher asks (``claim_wait``) how long a rate limit
+holds its queues back, and sleeps until then rather than the whole poll interval: a bucket
+sends no wake-up when its next token frees up. Jobs held back by a concurrency limit are
+claimed when this worker frees a slot, on a wake-up, or at the next poll.
+
 A claim that fails on bad *data* (a row the statement or its decoding cannot handle) is
 logged, counted, and its queue backed off; the other queues keep being claimed. Outages
 are the primary claimer's to report; any other error stops the worker.
@@ -38,6 +43,10 @@ CLAIM_DATA_ERRORS: tuple[type[BaseException], ...] = (
     RecursionError,
     OverflowError,
 )
+
+
+#: The shortest sleep for a rate limit's next token: a bucket never makes a worker spin.
+MIN_RATE_WAIT = 0.005
 
 
 class Fetcher:
@@ -73,6 +82,9 @@ class Fetcher:
         # Queues whose last claim failed on bad data: consecutive failures, and when to try
         # that queue again.
         self._bad: dict[str, tuple[int, float]] = {}
+        # Whether limits existed at the last look, and when to look again if not.
+        self._limits_seen = True
+        self._limits_check_at = 0.0
 
     async def run(self) -> None:
         """Claim until stopped (or, in burst/drain mode, until there is no more work)."""
@@ -113,6 +125,7 @@ class Fetcher:
             # the next job of its ordering key) after the claim's snapshot was taken, and a
             # helper's claim may be taking jobs right now.
             idle = not self.inflight and not self._reserved
+            delay = self._poll_delay()
             try:
                 async with asyncio.timeout(cfg.op_timeout):
                     claimed, exhausted = await self._reserved_round(free)
@@ -127,11 +140,12 @@ class Fetcher:
                         and await self._finished()
                     ):
                         return
+                    delay = await self._limit_delay(delay)
             except TRANSIENT as exc:
                 await self.outage.failed("claim", exc)
                 await self._sleep_or_wake(self.outage.backoff())
                 continue
-            await self._sleep_or_wake(self._poll_delay())
+            await self._sleep_or_wake(delay)
 
     def _poll_delay(self) -> float:
         """The poll interval, or sooner when a backed-off queue may be tried again."""
@@ -140,6 +154,20 @@ class Fetcher:
             retry_at = min(at for _, at in self._bad.values())
             delay = min(delay, max(0.0, retry_at - time.monotonic()))
         return delay
+
+    async def _limit_delay(self, delay: float) -> float:
+        """After a short claim round: sleep no longer than until a rate limit holding these
+        queues back admits again (nobody sends a wake-up for that), and no shorter. Asked
+        while limits exist; with none, again only once a poll interval."""
+        now = time.monotonic()
+        if not self._limits_seen and now < self._limits_check_at:
+            return delay
+        exists, wait = await self.client.claim_wait(self.config.queue_names)
+        self._limits_seen = exists
+        self._limits_check_at = now + self.config.poll_interval
+        if wait is None:
+            return delay
+        return min(delay, max(wait, MIN_RATE_WAIT))
 
     async def _helper_claims(self) -> None:
         """An extra claimer: idle unless the last claim came back full; never polls, and

@@ -159,6 +159,14 @@ class Worker:
     async def run(self, *, install_signal_handlers: bool = False) -> WorkerStats:
         """Run until stopped (or, in burst/drain mode, until there is no more work)."""
         await self.client.check_schema()
+        for declared in self.app.tasks.values():
+            # The tasks' declared limits, stored so every worker obeys the same values.
+            if declared.limit is not None:
+                name, concurrency, rate = declared.limit
+                actor = f"worker {self.worker_id}"
+                await self.client.declare_limit(
+                    name, concurrency=concurrency, rate=rate, actor=actor
+                )
         # Said once the database answered and its schema fits: which database this serves.
         start_log.info(
             "worker serving %s (schema %s)", describe_dsn(await self.client.dsn()), self.app.schema

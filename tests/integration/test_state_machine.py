@@ -1,8 +1,9 @@
 """A hypothesis state machine against a real schema: random interleavings of enqueue, claim,
 complete, fail, heartbeat, release, lease expiry, sweep, cancel, replay, skip, purge, prune,
-pause and resume by several virtual workers, with the invariants of DESIGN.md section 3 (the
-per-key order of README "Ordering and fairness", and no claim of a paused scope) checked
-after every step.
+pause and resume, and a queue concurrency limit set, lowered and removed, by several virtual
+workers, with the invariants of DESIGN.md section 3 (the per-key order of README "Ordering
+and fairness", no claim of a paused scope, slots held = the running leases claimed under a
+limit) checked after every step.
 
 Every stored event of every job is also checked against ``leaseq.states.TRANSITIONS``: each
 (event, from, to) must be in the table, and consecutive events must connect through the
@@ -29,6 +30,7 @@ from hypothesis.internal.conjecture import engine as hypothesis_engine
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
+    initialize,
     invariant,
     multiple,
     precondition,
@@ -168,6 +170,12 @@ class LeaseqMachine(RuleBasedStateMachine):
         self.paused: set[tuple[str, str]] = set()
         #: Who holds each unique key: (job id, only a window after it succeeded).
         self.holders: dict[str, tuple[int, bool]] = {}
+        #: The concurrency limit on the queue (None: none), the highest ever set, and the
+        #: leases (job, token) claimed while one was in force: each holds one slot while
+        #: its job runs under that token.
+        self.queue_limit: int | None = None
+        self.limit_cap = 0
+        self.slotted: set[tuple[int, int]] = set()
 
     def teardown(self) -> None:
         self.client.close()
@@ -186,7 +194,8 @@ class LeaseqMachine(RuleBasedStateMachine):
         """Every job row and the shape of the trail: a refused call must change neither."""
         return (
             self._query("SELECT * FROM {s}.jobs ORDER BY id"),
-            self._query("SELECT count(*), max(id) FROM {s}.job_events"),
+            self._query("SELECT count(*), max(id) FROM {s}.job_events")
+            + self._query("SELECT limit_name, slot, job_id, lease_token FROM {s}.limit_slots"),
         )
 
     def _refused(self, call: Callable[[], Any], what: str) -> None:
@@ -329,9 +338,17 @@ class LeaseqMachine(RuleBasedStateMachine):
             )
         }
         ready = sum(claimable.values())
+        free = limit
+        if self.queue_limit is not None:
+            # Slots 1..limit not held; none at all while a slot above a lowered limit is.
+            ((held, above),) = self._query(
+                "SELECT count(*), count(*) FILTER (WHERE slot > %s) FROM {s}.limit_slots",
+                self.queue_limit,
+            )
+            free = 0 if above else self.queue_limit - held
         got = self.client.claim(worker=worker, lease_seconds=LEASE_SECONDS, limit=limit)
         # Everything ready before the call is still ready during it; back-offs may end meanwhile.
-        assert min(limit, ready) <= len(got) <= limit, (ready, got)
+        assert min(limit, ready, free) <= len(got) <= min(limit, free), (ready, free, got)
         assert len({lease.job_id for lease in got}) == len(got)
         # One owner per claim, never one an earlier claim had (a lost claim's re-issue
         # must not share its fence).
@@ -360,6 +377,9 @@ class LeaseqMachine(RuleBasedStateMachine):
             job.attempts += 1
             job.expired = False
             self.issued[(lease.job_id, lease.token)] = lease
+            assert lease.limited == (self.queue_limit is not None), where
+            if lease.limited:
+                self.slotted.add((lease.job_id, lease.token))
         return multiple(*got)
 
     def _check_key_order(self, job_id: int, job: JobModel) -> None:
@@ -638,6 +658,40 @@ class LeaseqMachine(RuleBasedStateMachine):
         kind, value = scope
         assert self.client.resume(**{kind: value}, actor="op") == (scope in self.paused)
         self.paused.discard(scope)
+
+    # -- limits ------------------------------------------------------------------------------
+
+    @initialize(concurrency=st.sampled_from([None, 1, 2, 3]))
+    def start_with_a_limit(self, concurrency: int | None) -> None:
+        if concurrency is not None:
+            self.set_queue_limit(concurrency)
+
+    @rule(concurrency=st.sampled_from([None, 1, 2, 3]))
+    def set_queue_limit(self, concurrency: int | None) -> None:
+        """Set, change (lower too) or remove the queue's concurrency limit at any time."""
+        if concurrency is None:
+            assert self.client.remove_limit("queue:default") == (self.queue_limit is not None)
+        else:
+            self.client.set_limit("queue:default", concurrency=concurrency, actor="op")
+            self.limit_cap = max(self.limit_cap, concurrency)
+        self.queue_limit = concurrency
+
+    @invariant()
+    def slots_match_running_jobs(self) -> None:
+        """Slots held = the running leases claimed under the limit, one each, whatever ended
+        or was refused since; never more than the highest limit set, never a slot number
+        twice (the primary key)."""
+        slots = self._query("SELECT limit_name, slot, job_id, lease_token FROM {s}.limit_slots")
+        held = {(job_id, token) for _, _, job_id, token in slots}
+        expected = {
+            (job_id, job.token)
+            for job_id, job in self.model.items()
+            if job.status == "running" and (job_id, job.token) in self.slotted
+        }
+        assert held == expected, f"slots {sorted(held)}, expected {sorted(expected)}"
+        assert len(held) == len(slots), "a lease holds two slots of one limit"
+        assert len(slots) <= self.limit_cap
+        assert all(name == "queue:default" and slot <= self.limit_cap for name, slot, _, _ in slots)
 
     @invariant()
     def pauses_match_model(self) -> None:
