@@ -9,6 +9,7 @@ never overwrite the job's state.
 from leaseq.app import App, Task
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
+from leaseq.deps import Dep, Ref
 from leaseq.errors import (
     ConfigError,
     DatabaseUnavailable,
@@ -24,6 +25,7 @@ from leaseq.errors import (
     UniqueConflict,
 )
 from leaseq.models import (
+    Dependency,
     EffectRecord,
     Failure,
     Heartbeat,
@@ -63,6 +65,8 @@ __all__ = [
     "Client",
     "ConfigError",
     "DatabaseUnavailable",
+    "Dep",
+    "Dependency",
     "EffectDecision",
     "EffectNotPerformed",
     "EffectRecord",
@@ -87,6 +91,7 @@ __all__ = [
     "Permanent",
     "QueueSettings",
     "QueueStats",
+    "Ref",
     "ReplayRefused",
     "ReplayResult",
     "Retry",

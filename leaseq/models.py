@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -58,6 +59,8 @@ class Lease:
     ordering_key: str | None = None
     #: The job's unique key (its completion and failure then update who holds the key).
     unique_key: str | None = None
+    #: Some job depends on this one: its completion and failure promote dependents.
+    has_dependents: bool = False
     #: Local monotonic time the lease object was made (at the claim), for elapsed times.
     claimed_monotonic: float = field(
         default_factory=time.monotonic, repr=False, compare=False, kw_only=True
@@ -219,6 +222,21 @@ class JobSpec:
     on_conflict: str | None = None
     debounce: float | dt.timedelta | None = None
     debounce_max: float | dt.timedelta | None = None
+    #: Job ids, ``leaseq.Ref`` to earlier items of the batch, or ``leaseq.Dep``.
+    depends_on: Sequence[Any] | None = None
+    on_dead: str = "cancel"
+
+
+@dataclass(frozen=True)
+class Dependency(Printable):
+    """One edge seen from either end: the other job, the edge's policy for a dependency
+    that ends dead or cancelled, the other job's status (None once pruned), and, for a
+    dependent, whether it still waits."""
+
+    job_id: int
+    on_dead: str
+    status: str | None
+    waiting: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import fields
 from typing import Any, Unpack
 
 from leaseq import validate
+from leaseq.deps import check_depends_on
 from leaseq.errors import ConfigError
 from leaseq.models import Failure, JobFilter, JobSpec, Lease
 from leaseq.redact import Redactor
@@ -111,6 +112,9 @@ def job_params(job: Mapping[str, Any], payload_limit: int) -> dict[str, Any]:
         "idempotency_key": validate.check_idempotency_key(job["idempotency_key"]),
         "ordering_key": validate.check_ordering_key(job["ordering_key"]),
         "key_policy": validate.check_key_policy(job["key_policy"]),
+        "deps": None
+        if job["depends_on"] is None
+        else check_depends_on(job["depends_on"], job["on_dead"]),
     }
 
 

@@ -131,6 +131,7 @@ def leases_from_rows(
         idempotency_key,
         ordering_key,
         unique_key,
+        has_dependents,
         clock,
         created_age,
         available_age,
@@ -200,6 +201,7 @@ def leases_from_rows(
                 "available_at": available_at,
                 "ordering_key": ordering_key,
                 "unique_key": unique_key,
+                "has_dependents": has_dependents,
                 "claimed_monotonic": claimed_monotonic,
             },
         )

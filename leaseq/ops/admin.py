@@ -30,7 +30,11 @@ class AdminOps(ClientBase):
         params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
         found = self._rows("job_key", {"id": job_id})
         keys = [found[0][0]] if found else []
-        return bool(self._change_jobs("cancel_job", params, keys))
+        with self._transaction() as conn:
+            rows = self._change_jobs("cancel_job", params, keys, conn)
+            # A cancelled job's dependents are decided in the same transaction.
+            self._promote_dependents(conn, [int(r[0]) for r in rows if r[1] == "cancelled"])
+        return bool(rows)
 
     def skip_dead_head(self, job_id: int, *, reason: str, actor: str | None = None) -> bool:
         """Let an ordering key move past its dead head (which stays dead); audited.
@@ -64,6 +68,7 @@ class AdminOps(ClientBase):
         reason: str,
         actor: str | None = None,
         allow_cancelled: bool = False,
+        with_dependents: bool = False,
     ) -> bool:
         """Bring a dead job back to pending under the same id with a fresh attempt budget.
 
@@ -71,11 +76,13 @@ class AdminOps(ClientBase):
         job does not exist or is not dead (or cancelled, with ``allow_cancelled``). A job
         whose unique key another job holds is not replayed: the refusal is audited
         (``replay_refused``) and :class:`ReplayRefused` names the holder.
+        ``with_dependents``: the jobs cancelled because this one ended (DEPENDENCY_FAILED),
+        and theirs in turn, come back too, waiting for it again (same transaction, audited).
         """
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = job_filter(statuses, job_id=job_id)
         refused: list[tuple[int, int | None, str]] = []
-        done = self._replay_batch(params, reason, actor, 1, refused)
+        done = self._replay_batch(params, reason, actor, 1, refused, with_dependents)
         if refused:
             raise ReplayRefused(refused[0][0], refused[0][2], refused[0][1])
         return bool(done)
@@ -117,6 +124,7 @@ class AdminOps(ClientBase):
         actor: str | None,
         limit: int,
         refused: list[tuple[int, int | None, str]],
+        with_dependents: bool = False,
     ) -> int:
         """One batch; appends (job id, holder, key) of each refusal to ``refused``, whose
         jobs the next batches then pass over."""
@@ -138,6 +146,12 @@ class AdminOps(ClientBase):
             params["ids"] = [job_id for job_id, _ in candidates]
             rows = self._rows("replay_jobs", params, conn)
             self._promote_keys(conn, keys)
+            replayed = [int(r[0]) for r in rows if not r[2]]
+            if with_dependents and replayed:
+                back = self._rows("replay_dependents", {**params, "ids": replayed}, conn)
+                if back:
+                    cancelled = self._decide_waiting(conn, [int(r[0]) for r in back])
+                    self._promote_dependents(conn, cancelled)
         refused += [(int(r[0]), r[3], r[4]) for r in rows if r[2]]
         return sum(1 for r in rows if not r[2])
 

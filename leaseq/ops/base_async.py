@@ -153,6 +153,25 @@ class AsyncClientBase:
         if keys:
             await self._rows("promote_keys", {"keys": keys, "channel": self.channel}, conn)
 
+    async def _promote_dependents(self, conn: AsyncConnection[Any], ended: Iterable[int]) -> None:
+        """After jobs ended (succeeded, dead, cancelled) in ``conn``'s transaction: lock
+        their waiting dependents, then decide them with a new snapshot (promote_dependents).
+        A dependent cancelled for a failed dependency has ended too: its own dependents are
+        decided next, down the graph."""
+        ids = sorted(set(ended))
+        while ids:
+            locked = await self._rows("lock_dependents", {"ids": ids}, conn)
+            if not locked:
+                return
+            ids = await self._decide_waiting(conn, [int(row[0]) for row in locked])
+
+    async def _decide_waiting(self, conn: AsyncConnection[Any], ids: list[int]) -> list[int]:
+        """promote_dependents over waiting jobs this transaction locked or inserted; returns
+        those that ended cancelled (their dependents are to be decided in turn)."""
+        params = {"ids": ids, "channel": self.channel}
+        rows = await self._rows("promote_dependents", params, conn)
+        return sorted(int(row[0]) for row in rows if row[1] == "cancelled")
+
     async def _change_jobs(
         self,
         name: str,

@@ -18,7 +18,7 @@ from psycopg import Connection
 
 from leaseq.errors import LeaseqError, UniqueConflict
 from leaseq.models import JobSpec
-from leaseq.ops.base import ClientBase
+from leaseq.ops.deps import DepsOps
 from leaseq.params import (
     COPY_THRESHOLD,
     copy_row,
@@ -34,7 +34,7 @@ from leaseq.unique import EnqueueResult, holder_state, resolve_conflict
 UNIQUE_ATTEMPTS = 20
 
 
-class EnqueueOps(ClientBase):
+class EnqueueOps(DepsOps):
     def enqueue(
         self,
         task: str,
@@ -55,6 +55,8 @@ class EnqueueOps(ClientBase):
         on_conflict: str | None = None,
         debounce: Any = None,
         debounce_max: Any = None,
+        depends_on: Sequence[Any] | None = None,
+        on_dead: str = "cancel",
         connection: Connection[Any] | None = None,
     ) -> EnqueueResult:
         """Store one job; returns its id (an :class:`EnqueueResult`, an ``int``).
@@ -74,6 +76,11 @@ class EnqueueOps(ClientBase):
         queues a follow-up behind a running one. ``debounce`` (implies replace) starts the
         job that long after the latest enqueue, but no later than ``debounce_max`` after
         the first. See docs/unique.md.
+
+        ``depends_on``: job ids (or :class:`~leaseq.Dep` with a policy of its own) this job
+        waits for; it runs once all of them ended, and ``on_dead`` says what a dependency
+        that ends dead or cancelled does: ``cancel`` this job (default), ``run`` it anyway,
+        or ``ignore`` that dependency. An unknown id is refused. See docs/workflows.md.
         """
         params = job_params(
             {
@@ -94,6 +101,8 @@ class EnqueueOps(ClientBase):
                 "on_conflict": on_conflict,
                 "debounce": debounce,
                 "debounce_max": debounce_max,
+                "depends_on": depends_on,
+                "on_dead": on_dead,
             },
             self.payload_limit,
         )
@@ -111,6 +120,8 @@ class EnqueueOps(ClientBase):
     def _insert_one(
         self, params: dict[str, Any], connection: Connection[Any] | None
     ) -> EnqueueResult:
+        if params["deps"] is not None:
+            return (self._enqueue_with_deps([params], connection))[0]
         if params["unique"] is not None:
             if params["ordering_key"] is None:
                 # Each statement is atomic and fenced on its own: no transaction needed.
@@ -212,6 +223,25 @@ class EnqueueOps(ClientBase):
         return ids
 
     def _insert_many(
+        self, params_list: list[dict[str, Any]], connection: Connection[Any] | None
+    ) -> list[EnqueueResult]:
+        if any(p["deps"] is not None for p in params_list):
+            return self._enqueue_with_deps(params_list, connection)
+        return self._insert_rows(params_list, connection)
+
+    def _enqueue_with_deps(
+        self, params_list: list[dict[str, Any]], connection: Connection[Any] | None
+    ) -> list[EnqueueResult]:
+        """Jobs with dependencies: inserted as usual, then their edges stored and decided,
+        all in one transaction (a savepoint in the caller's): an unknown dependency stores
+        nothing."""
+        self._check_deps(params_list)
+        with self._transaction(connection) as outer, outer.transaction():
+            results = self._insert_rows(params_list, outer)
+            self._store_deps(outer, params_list, [int(r) for r in results])
+        return results
+
+    def _insert_rows(
         self, params_list: list[dict[str, Any]], connection: Connection[Any] | None
     ) -> list[EnqueueResult]:
         if any(p["unique"] is not None for p in params_list):

@@ -14,7 +14,7 @@ from psycopg import AsyncConnection
 
 from leaseq.errors import LeaseqError, UniqueConflict
 from leaseq.models import JobSpec
-from leaseq.ops.base_async import AsyncClientBase
+from leaseq.ops.deps_async import AsyncDepsOps
 from leaseq.params import (
     COPY_THRESHOLD,
     copy_row,
@@ -30,7 +30,7 @@ from leaseq.unique import EnqueueResult, holder_state, resolve_conflict
 UNIQUE_ATTEMPTS = 20
 
 
-class AsyncEnqueueOps(AsyncClientBase):
+class AsyncEnqueueOps(AsyncDepsOps):
     async def enqueue(
         self,
         task: str,
@@ -51,6 +51,8 @@ class AsyncEnqueueOps(AsyncClientBase):
         on_conflict: str | None = None,
         debounce: Any = None,
         debounce_max: Any = None,
+        depends_on: Sequence[Any] | None = None,
+        on_dead: str = "cancel",
         connection: AsyncConnection[Any] | None = None,
     ) -> EnqueueResult:
         """Store one job; returns its id (an :class:`EnqueueResult`, an ``int``).
@@ -70,6 +72,11 @@ class AsyncEnqueueOps(AsyncClientBase):
         queues a follow-up behind a running one. ``debounce`` (implies replace) starts the
         job that long after the latest enqueue, but no later than ``debounce_max`` after
         the first. See docs/unique.md.
+
+        ``depends_on``: job ids (or :class:`~leaseq.Dep` with a policy of its own) this job
+        waits for; it runs once all of them ended, and ``on_dead`` says what a dependency
+        that ends dead or cancelled does: ``cancel`` this job (default), ``run`` it anyway,
+        or ``ignore`` that dependency. An unknown id is refused. See docs/workflows.md.
         """
         params = job_params(
             {
@@ -90,6 +97,8 @@ class AsyncEnqueueOps(AsyncClientBase):
                 "on_conflict": on_conflict,
                 "debounce": debounce,
                 "debounce_max": debounce_max,
+                "depends_on": depends_on,
+                "on_dead": on_dead,
             },
             self.payload_limit,
         )
@@ -107,6 +116,8 @@ class AsyncEnqueueOps(AsyncClientBase):
     async def _insert_one(
         self, params: dict[str, Any], connection: AsyncConnection[Any] | None
     ) -> EnqueueResult:
+        if params["deps"] is not None:
+            return (await self._enqueue_with_deps([params], connection))[0]
         if params["unique"] is not None:
             if params["ordering_key"] is None:
                 # Each statement is atomic and fenced on its own: no transaction needed.
@@ -210,6 +221,25 @@ class AsyncEnqueueOps(AsyncClientBase):
         return ids
 
     async def _insert_many(
+        self, params_list: list[dict[str, Any]], connection: AsyncConnection[Any] | None
+    ) -> list[EnqueueResult]:
+        if any(p["deps"] is not None for p in params_list):
+            return await self._enqueue_with_deps(params_list, connection)
+        return await self._insert_rows(params_list, connection)
+
+    async def _enqueue_with_deps(
+        self, params_list: list[dict[str, Any]], connection: AsyncConnection[Any] | None
+    ) -> list[EnqueueResult]:
+        """Jobs with dependencies: inserted as usual, then their edges stored and decided,
+        all in one transaction (a savepoint in the caller's): an unknown dependency stores
+        nothing."""
+        self._check_deps(params_list)
+        async with self._transaction(connection) as outer, outer.transaction():
+            results = await self._insert_rows(params_list, outer)
+            await self._store_deps(outer, params_list, [int(r) for r in results])
+        return results
+
+    async def _insert_rows(
         self, params_list: list[dict[str, Any]], connection: AsyncConnection[Any] | None
     ) -> list[EnqueueResult]:
         if any(p["unique"] is not None for p in params_list):

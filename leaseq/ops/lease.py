@@ -69,12 +69,14 @@ class LeaseOps(ClientBase):
             )
         try:
             # The keyed statement: a unique key of such a row must be let go too.
-            self._change_jobs(
-                "fail_keyed_jobs",
-                unclaimable_params(found),
-                [u.ordering_key for u in found],
-                connection,
-            )
+            with self._transaction(connection) as conn:
+                rows = self._change_jobs(
+                    "fail_keyed_jobs",
+                    unclaimable_params(found),
+                    [u.ordering_key for u in found],
+                    conn,
+                )
+                self._promote_dependents(conn, [int(row[0]) for row in rows])
         except psycopg.Error as exc:
             # The good leases of this claim are committed and returned all the same; these
             # rows stay running until the sweeper expires them, and are caught again.
@@ -109,21 +111,27 @@ class LeaseOps(ClientBase):
         self, leases: Sequence[Lease], *, connection: Connection[Any] | None = None
     ) -> set[int]:
         """Mark jobs succeeded, fenced; returns the ids that were still ours. Leases of
-        jobs with a unique key take complete_keyed_jobs (which updates who holds the key);
-        the others the plain statement."""
+        jobs with a unique key or with dependents take complete_keyed_jobs (which updates
+        who holds the key, and then promotes dependents in the same transaction); the
+        others the plain statement. A plain lease the plain statement did not take may
+        have gained dependents since its claim: it is tried with the coordinated one."""
         if not leases:
             return set()
-        unique = [lease for lease in leases if lease.unique_key is not None]
-        if not unique or len(unique) == len(leases):
-            name = "complete_keyed_jobs" if unique else "complete_jobs"
-            keys = [lease.ordering_key for lease in leases]
-            rows = self._change_jobs(name, fence_groups(leases), keys, connection)
-            return {int(row[0]) for row in rows}
-        # A mixed batch: both statements, in one transaction.
-        plain = [lease for lease in leases if lease.unique_key is None]
+        plain = [x for x in leases if x.unique_key is None and not x.has_dependents]
+        done: set[int] = set()
+        if plain:
+            keys = [lease.ordering_key for lease in plain]
+            rows = self._change_jobs("complete_jobs", fence_groups(plain), keys, connection)
+            done = {int(row[0]) for row in rows}
+            if len(done) == len(leases):
+                return done
+        rest = [x for x in leases if x.job_id not in done]
         with self._transaction(connection) as conn:
-            done = self.complete_many(plain, connection=conn)
-            return done | self.complete_many(unique, connection=conn)
+            keys = [lease.ordering_key for lease in rest]
+            rows = self._change_jobs("complete_keyed_jobs", fence_groups(rest), keys, conn)
+            ended = {int(row[0]) for row in rows}
+            self._promote_dependents(conn, ended)
+        return done | ended
 
     def complete(self, lease: Lease, *, connection: Connection[Any] | None = None) -> bool:
         """Mark the job succeeded; False means the lease was lost and nothing changed.

@@ -371,6 +371,7 @@ WHERE j.id = ANY(ARRAY(
   WHERE queue_name = %(queue)s
     AND status = 'pending'
     AND NOT blocked
+    AND NOT waiting
     AND available_at <= now()
     AND {_not_paused}
   ORDER BY priority DESC, available_at, id
@@ -380,6 +381,7 @@ WHERE j.id = ANY(ARRAY(
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::text,
           j.attempt_count, j.max_attempts, j.priority, j.payload_version,
           j.unknown_failures, j.idempotency_key, j.ordering_key, j.unique_key,
+          j.has_dependents,
           -- Times as float8 seconds: the clock, then ages (see leases_from_rows).
           date_part('epoch', now()),
           CASE WHEN isfinite(j.created_at) THEN date_part('epoch', now() - j.created_at) END,
@@ -429,18 +431,24 @@ WHERE {_owned_by_token}
 RETURNING j.id, j.lease_token, j.lease_expires_at, j.cancel_requested_at IS NOT NULL;
 
 -- name: complete_jobs
--- Fenced success for a batch; rows missing from RETURNING were not ours any more.
+-- Fenced success for a batch; rows missing from RETURNING were not ours any more, or
+-- gained dependents after the claim ("NOT has_dependents": the client then completes them
+-- with complete_keyed_jobs, which promotes dependents; the enqueue of a dependent locks
+-- this row, so a completion either commits first or sees the flag).
 UPDATE {schema}.jobs AS j
 SET status = 'succeeded',
     finished_at = now(),
     lease_owner = NULL,
     lease_expires_at = NULL
 WHERE {_owned_by_token}
+  AND NOT j.has_dependents
 RETURNING j.id;
 
 -- name: complete_keyed_jobs
--- complete_jobs for leases of jobs with a unique key (the plain statement stays as it is):
--- the key becomes a window or is let go in the same statement (see _unique_release).
+-- complete_jobs for leases of jobs with a unique key or with dependents (the plain
+-- statement stays as it is): the key becomes a window or is let go in the same statement
+-- (see _unique_release); the client promotes dependents in the same transaction
+-- (lock_dependents, promote_dependents).
 WITH upd AS (
   UPDATE {schema}.jobs AS j
   SET status = 'succeeded',
@@ -478,6 +486,8 @@ WITH d AS (
     AND j.lease_owner = d.owner
     AND j.lease_token = d.token
     AND j.lease_expires_at > now()
+    -- As in complete_jobs: a job with dependents takes fail_keyed_jobs.
+    AND NOT j.has_dependents
   RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
             d.class, d.reason
 )
@@ -645,6 +655,7 @@ WITH upd AS (
   UPDATE {schema}.jobs
   SET status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
       finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,
+      waiting = false,
       cancel_requested_at = CASE
         WHEN status = 'running' THEN coalesce(cancel_requested_at, now())
         ELSE cancel_requested_at
@@ -912,7 +923,7 @@ WITH due AS (
            base_priority + floor(extract(epoch FROM now() - available_at) / %(interval)s)
          )::int AS aged
   FROM {schema}.jobs
-  WHERE status = 'pending' AND NOT blocked
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting
     AND available_at <= now() - make_interval(secs => %(interval)s)
     -- Ages are computed in numeric and capped before the cast: a very old (or infinite)
     -- available_at must not fail the batch.
@@ -1338,3 +1349,167 @@ UPDATE {schema}.jobs
 SET trace_context = coalesce(trace_context, '{}'::jsonb)
     || jsonb_build_object('attempt', %(carrier)s::jsonb)
 WHERE id = %(id)s AND lease_token = %(token)s;
+
+-- ---------------------------------------------------------------------------------------
+-- Dependencies (leaseq.ops.deps_async; the promotion runs in base_async). A dependent is
+-- pending and `waiting` until promote_dependents finds every dependency ended. Promotion
+-- runs in the transaction of the fenced transition that ended a dependency, in two
+-- statements: lock_dependents locks the waiting dependents (in id order), then
+-- promote_dependents decides with a NEW snapshot, taken after those locks. Two
+-- dependencies ending at once in two transactions both lock the shared dependent, so the
+-- second decides after the first committed and sees both ended: none is left waiting.
+
+-- name: lock_dependency_parents
+-- Enqueue of dependents: lock the dependencies named (id order) and mark them as having
+-- dependents. A completion of one of them either committed before (then its status is
+-- read here, at its latest version) or waits for this transaction and then finds
+-- has_dependents set (the plain statements exclude such rows; the client re-runs them
+-- with the coordinated ones). Ids missing from the result do not exist.
+WITH locked AS (
+  SELECT id, has_dependents
+  FROM {schema}.jobs
+  WHERE id = ANY(%(ids)s::bigint[])
+  ORDER BY id
+  FOR UPDATE
+), flag AS (
+  UPDATE {schema}.jobs AS j
+  SET has_dependents = true
+  FROM locked AS l
+  WHERE j.id = l.id AND NOT l.has_dependents
+)
+SELECT id FROM locked;
+
+-- name: insert_deps
+-- The edges of jobs just inserted, and their `waiting` flag (the rows are not visible to
+-- any claim before this transaction commits; promote_dependents runs next).
+WITH edges AS (
+  INSERT INTO {schema}.job_deps (job_id, depends_on, on_dead)
+  SELECT * FROM unnest(%(job_ids)s::bigint[], %(depends_on)s::bigint[], %(on_dead)s::text[])
+  ON CONFLICT DO NOTHING
+)
+UPDATE {schema}.jobs SET waiting = true WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: lock_dependents
+-- The waiting dependents of jobs that just ended, locked in id order (see above).
+SELECT j.id
+FROM {schema}.jobs AS j
+WHERE j.id IN (SELECT d.job_id FROM {schema}.job_deps AS d
+               WHERE d.depends_on = ANY(%(ids)s::bigint[]))
+  AND j.waiting
+ORDER BY j.id
+FOR UPDATE;
+
+-- name: promote_dependents
+-- Readiness derived from the edge rows: a waiting job whose dependencies have all ended
+-- becomes claimable ('promoted'); one with a dependency ended dead or cancelled under
+-- on_dead 'cancel' ends cancelled at once ('dependency_failed'). A dependency that no
+-- longer exists (pruned) counts as ended. The caller locked these rows (lock_dependents)
+-- or inserted them in this transaction. Rows: (id, new status, notify).
+WITH c AS (
+  SELECT j.id,
+         bool_and(p.id IS NULL OR p.status IN ('succeeded', 'dead', 'cancelled')) AS ready,
+         (array_agg(d.depends_on || ' ended ' || p.status ORDER BY d.depends_on)
+           FILTER (WHERE p.status IN ('dead', 'cancelled') AND d.on_dead = 'cancel'))[1]
+           AS culprit
+  FROM {schema}.jobs AS j
+  JOIN {schema}.job_deps AS d ON d.job_id = j.id
+  LEFT JOIN {schema}.jobs AS p ON p.id = d.depends_on
+  WHERE j.id = ANY(%(ids)s::bigint[]) AND j.waiting AND j.status = 'pending'
+  GROUP BY j.id
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET waiting = false,
+      status = CASE WHEN c.culprit IS NULL THEN 'pending' ELSE 'cancelled' END
+               ::{schema}.job_status,
+      finished_at = CASE WHEN c.culprit IS NULL THEN NULL ELSE now() END,
+      last_error_code = CASE WHEN c.culprit IS NULL THEN j.last_error_code
+                             ELSE '{code:DEPENDENCY_FAILED}' END,
+      last_error_class = CASE WHEN c.culprit IS NULL THEN j.last_error_class
+                              ELSE 'permanent' END,
+      last_error_detail = CASE WHEN c.culprit IS NULL THEN j.last_error_detail
+                               ELSE 'dependency ' || c.culprit END
+  FROM c
+  WHERE j.id = c.id AND (c.ready OR c.culprit IS NOT NULL)
+  RETURNING j.id, j.status, j.queue_name, j.available_at, j.lease_token, j.attempt_count,
+            c.culprit
+), ev AS (
+  INSERT INTO {schema}.job_events
+    (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
+     error_class, detail)
+  SELECT id, CASE WHEN culprit IS NULL THEN 'promoted' ELSE 'dependency_failed' END,
+         'pending', status, NULL, lease_token, attempt_count,
+         CASE WHEN culprit IS NOT NULL THEN '{code:DEPENDENCY_FAILED}' END,
+         CASE WHEN culprit IS NOT NULL THEN 'permanent' END,
+         CASE WHEN culprit IS NULL THEN 'all dependencies ended'
+              ELSE 'dependency ' || culprit || ' (on_dead cancel)' END
+  FROM upd
+)
+SELECT id, status::text,
+       CASE WHEN status = 'pending' AND available_at <= now()
+         THEN pg_notify(%(channel)s, queue_name)::text END
+FROM upd;
+
+-- name: replay_dependents
+-- replay(with_dependents=True): the jobs cancelled because one of these (just replayed)
+-- jobs ended, and transitively theirs, come back pending and waiting, audited as replays;
+-- promote_dependents then decides them in the same transaction.
+WITH RECURSIVE down(id) AS (
+  SELECT d.job_id
+  FROM {schema}.job_deps AS d JOIN {schema}.jobs AS j ON j.id = d.job_id
+  WHERE d.depends_on = ANY(%(ids)s::bigint[])
+    AND j.status = 'cancelled' AND j.last_error_code = '{code:DEPENDENCY_FAILED}'
+  UNION
+  SELECT d.job_id
+  FROM down
+  JOIN {schema}.job_deps AS d ON d.depends_on = down.id
+  JOIN {schema}.jobs AS j ON j.id = d.job_id
+  WHERE j.status = 'cancelled' AND j.last_error_code = '{code:DEPENDENCY_FAILED}'
+), locked AS (
+  SELECT j.id, j.attempt_count
+  FROM {schema}.jobs AS j
+  WHERE j.id IN (SELECT id FROM down) AND j.status = 'cancelled'
+  ORDER BY j.id
+  FOR UPDATE
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET status = 'pending',
+      waiting = true,
+      attempt_count = 0,
+      unknown_failures = 0,
+      available_at = now(),
+      finished_at = NULL,
+      cancel_requested_at = NULL
+  FROM locked AS l
+  WHERE j.id = l.id
+  RETURNING j.id, j.lease_token, l.attempt_count
+)
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
+SELECT id, 'replayed', 'cancelled', 'pending', %(actor)s, lease_token, attempt_count,
+       left('with its dependency: ' || %(reason)s, 4000)
+FROM upd
+RETURNING job_id;
+
+-- name: job_dependencies
+-- jobs show: what a job waits for (or waited for), with their states.
+SELECT d.depends_on, d.on_dead, p.status::text
+FROM {schema}.job_deps AS d
+LEFT JOIN {schema}.jobs AS p ON p.id = d.depends_on
+WHERE d.job_id = %(id)s
+ORDER BY d.depends_on;
+
+-- name: job_dependents
+-- jobs show: the jobs that wait for (or waited for) this one, with their states.
+SELECT d.job_id, d.on_dead, j.status::text, j.waiting
+FROM {schema}.job_deps AS d
+JOIN {schema}.jobs AS j ON j.id = d.job_id
+WHERE d.depends_on = %(id)s
+ORDER BY d.job_id
+LIMIT %(limit)s;
+
+-- name: waiting_stats
+-- Metrics: jobs waiting on dependencies and the oldest such wait (partial index on
+-- created_at WHERE waiting).
+SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
+FROM {schema}.jobs
+WHERE waiting;

@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 10
+-- schema version: 11
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -27,7 +27,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (7, 'unique'),
   (8, 'pauses'),
   (9, 'schedules'),
-  (10, 'trace_context');
+  (10, 'trace_context'),
+  (11, 'workflows');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -80,6 +81,10 @@ CREATE TABLE {schema}.jobs (
   debounce_until timestamptz,
   -- Tracing context of the enqueuing code and of the latest failed attempt (leaseq[otel]).
   trace_context jsonb,
+  -- Dependencies (version 11): pending but waiting for a dependency (outside the claim
+  -- index); some job depends on this one (its completion promotes dependents).
+  waiting boolean NOT NULL DEFAULT false,
+  has_dependents boolean NOT NULL DEFAULT false,
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
   CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
   -- A running job always has an owner and an expiry; no other state keeps either, so a
@@ -95,14 +100,16 @@ CREATE TABLE {schema}.jobs (
   CONSTRAINT jobs_ordering_key_bounded CHECK (length(ordering_key) <= 200),
   CONSTRAINT jobs_key_policy_known CHECK (key_policy IN ('block', 'skip')),
   CONSTRAINT jobs_only_keyed_jobs_block CHECK (NOT blocked OR ordering_key IS NOT NULL),
-  CONSTRAINT jobs_unique_key_bounded CHECK (length(unique_key) <= 200)
+  CONSTRAINT jobs_unique_key_bounded CHECK (length(unique_key) <= 200),
+  CONSTRAINT jobs_only_pending_jobs_wait CHECK (NOT waiting OR status = 'pending')
 );
 
 -- The claim reads this index in order and stops at LIMIT; only claimable pending rows live
--- in it, so finished history and blocked per-key backlogs do not slow claims down.
+-- in it, so finished history, blocked per-key backlogs and jobs waiting for dependencies
+-- do not slow claims down.
 CREATE INDEX jobs_claimable_idx
   ON {schema}.jobs (queue_name, priority DESC, available_at, id)
-  WHERE status = 'pending' AND NOT blocked;
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting;
 
 -- The sweep looks only at running rows whose lease ran out.
 CREATE INDEX jobs_expired_lease_idx
@@ -338,3 +345,47 @@ CREATE TABLE {schema}.schedule_ticks (
   CONSTRAINT schedule_ticks_job_or_reason CHECK ((job_id IS NULL) <> (skipped IS NULL))
 );
 
+-- Job dependencies and stored results (version 11).
+-- Waiting jobs by age: the metrics' count and oldest wait, and the blockers view.
+CREATE INDEX jobs_waiting_idx
+  ON {schema}.jobs (created_at)
+  WHERE waiting;
+
+-- One row per dependency. on_dead: what a dependency ending dead or cancelled does to the
+-- dependent (cancel it, run it anyway, or run it without reporting that dependency).
+-- Dependencies always existed before their dependent (ids are checked at enqueue), so the
+-- graph cannot have a cycle. No foreign key on depends_on: pruning a finished dependency
+-- must not touch its dependents' rows (a missing dependency counts as finished).
+CREATE TABLE {schema}.job_deps (
+  job_id bigint NOT NULL REFERENCES {schema}.jobs (id) ON DELETE CASCADE,
+  depends_on bigint NOT NULL,
+  on_dead text NOT NULL DEFAULT 'cancel',
+  PRIMARY KEY (job_id, depends_on),
+  CONSTRAINT job_deps_on_dead_known CHECK (on_dead IN ('cancel', 'run', 'ignore')),
+  CONSTRAINT job_deps_not_self CHECK (job_id <> depends_on)
+);
+
+-- Who waits for a job that just finished: the promotion's first probe.
+CREATE INDEX job_deps_depends_on_idx ON {schema}.job_deps (depends_on);
+
+-- Stored results of tasks with store_result=True, written by the fenced completion itself
+-- (lease_token: the attempt that wrote it). Their own retention (expires_at), independent of
+-- job pruning, so a result is never lost to the job's pruning before it expires.
+CREATE TABLE {schema}.job_results (
+  job_id bigint PRIMARY KEY,
+  value jsonb NOT NULL,
+  stored_at timestamptz NOT NULL DEFAULT now(),
+  expires_at timestamptz NOT NULL,
+  lease_token bigint NOT NULL
+);
+
+CREATE INDEX job_results_expires_idx ON {schema}.job_results (expires_at);
+
+-- Waiting jobs with what they wait for, for psql users and `leaseq jobs waiting`.
+CREATE VIEW {schema}.waiting_jobs AS
+SELECT j.id, j.queue_name, j.task, j.created_at, now() - j.created_at AS waiting_for,
+       d.depends_on, d.on_dead, p.status AS dependency_status
+FROM {schema}.jobs AS j
+JOIN {schema}.job_deps AS d ON d.job_id = j.id
+LEFT JOIN {schema}.jobs AS p ON p.id = d.depends_on
+WHERE j.waiting;

@@ -41,6 +41,7 @@ def _claim_row(job_id: int, **changes: Any) -> tuple[Any, ...]:
         "idempotency_key": None,
         "ordering_key": None,
         "unique_key": None,
+        "has_dependents": False,
         "clock": CLOCK,
         "created_age": 2.0,
         "available_age": 1.0,

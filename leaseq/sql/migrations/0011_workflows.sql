@@ -1,0 +1,63 @@
+-- leaseq schema, version 11: job dependencies and stored results.
+--
+-- A dependency is an edge row (job_id waits for depends_on). A job with an unfinished
+-- dependency is stored pending but `waiting`, outside the claim index. Readiness is derived
+-- from the edge rows and the dependencies' statuses, in the transaction that makes a
+-- dependency terminal (never from a counter). `has_dependents` marks jobs that some edge
+-- names, so their completions take the coordinated statements that promote dependents;
+-- everything else keeps the plain statements.
+ALTER TABLE {schema}.jobs
+  ADD COLUMN waiting boolean NOT NULL DEFAULT false,
+  ADD COLUMN has_dependents boolean NOT NULL DEFAULT false,
+  ADD CONSTRAINT jobs_only_pending_jobs_wait CHECK (NOT waiting OR status = 'pending');
+
+-- The claim index, now without waiting jobs (a big fan-in's waiting rows would otherwise
+-- sit in front of every claim's scan).
+DROP INDEX {schema}.jobs_claimable_idx;
+CREATE INDEX jobs_claimable_idx
+  ON {schema}.jobs (queue_name, priority DESC, available_at, id)
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting;
+
+-- Waiting jobs by age: the metrics' count and oldest wait, and the blockers view.
+CREATE INDEX jobs_waiting_idx
+  ON {schema}.jobs (created_at)
+  WHERE waiting;
+
+-- One row per dependency. on_dead: what a dependency ending dead or cancelled does to the
+-- dependent (cancel it, run it anyway, or run it without reporting that dependency).
+-- Dependencies always existed before their dependent (ids are checked at enqueue), so the
+-- graph cannot have a cycle. No foreign key on depends_on: pruning a finished dependency
+-- must not touch its dependents' rows (a missing dependency counts as finished).
+CREATE TABLE {schema}.job_deps (
+  job_id bigint NOT NULL REFERENCES {schema}.jobs (id) ON DELETE CASCADE,
+  depends_on bigint NOT NULL,
+  on_dead text NOT NULL DEFAULT 'cancel',
+  PRIMARY KEY (job_id, depends_on),
+  CONSTRAINT job_deps_on_dead_known CHECK (on_dead IN ('cancel', 'run', 'ignore')),
+  CONSTRAINT job_deps_not_self CHECK (job_id <> depends_on)
+);
+
+-- Who waits for a job that just finished: the promotion's first probe.
+CREATE INDEX job_deps_depends_on_idx ON {schema}.job_deps (depends_on);
+
+-- Stored results of tasks with store_result=True, written by the fenced completion itself
+-- (lease_token: the attempt that wrote it). Their own retention (expires_at), independent of
+-- job pruning, so a result is never lost to the job's pruning before it expires.
+CREATE TABLE {schema}.job_results (
+  job_id bigint PRIMARY KEY,
+  value jsonb NOT NULL,
+  stored_at timestamptz NOT NULL DEFAULT now(),
+  expires_at timestamptz NOT NULL,
+  lease_token bigint NOT NULL
+);
+
+CREATE INDEX job_results_expires_idx ON {schema}.job_results (expires_at);
+
+-- Waiting jobs with what they wait for, for psql users and `leaseq jobs waiting`.
+CREATE VIEW {schema}.waiting_jobs AS
+SELECT j.id, j.queue_name, j.task, j.created_at, now() - j.created_at AS waiting_for,
+       d.depends_on, d.on_dead, p.status AS dependency_status
+FROM {schema}.jobs AS j
+JOIN {schema}.job_deps AS d ON d.job_id = j.id
+LEFT JOIN {schema}.jobs AS p ON p.id = d.depends_on
+WHERE j.waiting;
