@@ -309,6 +309,11 @@ def dead_purge(
 @click.option("--reason", required=True, help="What was fixed; stored in the audit trail.")
 @actor_option("replays")
 @click.option("--allow-cancelled", is_flag=True, help="Also replay cancelled jobs.")
+@click.option(
+    "--with-dependents",
+    is_flag=True,
+    help="Also replay the jobs cancelled because these ended (DEPENDENCY_FAILED).",
+)
 @job_filters
 @click.option("--all", "everything", is_flag=True, help="Bulk: every dead job (no filter).")
 @click.option("--dry-run", is_flag=True, help="Bulk: only count what would be replayed.")
@@ -320,6 +325,7 @@ def replay(
     reason: str,
     actor: str,
     allow_cancelled: bool,
+    with_dependents: bool,
     everything: bool,
     dry_run: bool,
     **filters: Any,
@@ -334,7 +340,13 @@ def replay(
     if job_id is not None:
         if has_filter or everything or dry_run:
             raise ConfigError("give a job id or bulk filters, not both")
-        if client.replay(job_id, reason=reason, actor=actor, allow_cancelled=allow_cancelled):
+        if client.replay(
+            job_id,
+            reason=reason,
+            actor=actor,
+            allow_cancelled=allow_cancelled,
+            with_dependents=with_dependents,
+        ):
             click.echo(f"job {job_id} replayed by {actor}")
             return
         job = client.get_job(job_id)
@@ -356,6 +368,7 @@ def replay(
             reason=reason,
             actor=actor,
             allow_cancelled=allow_cancelled,
+            with_dependents=with_dependents,
             on_progress=bar.update,
             **filters,
         )

@@ -91,6 +91,7 @@ class AsyncAdminOps(AsyncClientBase):
         reason: str,
         actor: str | None = None,
         allow_cancelled: bool = False,
+        with_dependents: bool = False,
         batch_size: int = 500,
         on_progress: Callable[[int], None] | None = None,
         **filters: Unpack[JobFilter],
@@ -99,7 +100,8 @@ class AsyncAdminOps(AsyncClientBase):
         newer_than), in batches, each its own short transaction; ``on_progress(n)`` after
         each batch. Returns how many were replayed (a :class:`ReplayResult`, an ``int``);
         jobs whose unique key another job holds are refused (audited, ``replay_refused``),
-        listed in its ``refused``, and the replay goes on."""
+        listed in its ``refused``, and the replay goes on. ``with_dependents``: as in
+        :meth:`replay`."""
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = job_filter(statuses, **filters)
         batch = validate.check_int("batch_size", batch_size, 1, 10_000)
@@ -107,7 +109,7 @@ class AsyncAdminOps(AsyncClientBase):
         refused: list[tuple[int, int | None, str]] = []
         while True:
             seen = len(refused)
-            done = await self._replay_batch(params, reason, actor, batch, refused)
+            done = await self._replay_batch(params, reason, actor, batch, refused, with_dependents)
             if not done and len(refused) == seen:
                 break
             total += done
