@@ -149,11 +149,11 @@ class AdminOps(ClientBase):
             rows = self._rows("replay_jobs", params, conn)
             self._promote_keys(conn, keys)
             replayed = [int(r[0]) for r in rows if not r[2]]
+            back = []
             if with_dependents and replayed:
                 back = self._rows("replay_dependents", {**params, "ids": replayed}, conn)
-                if back:
-                    cancelled = self._decide_waiting(conn, [int(r[0]) for r in back])
-                    self._promote_dependents(conn, cancelled)
+            # Replayed jobs with dependencies (and the dependents brought back) wait again.
+            self._wait_again(conn, sorted(replayed + [int(r[0]) for r in back]))
         refused += [(int(r[0]), r[3], r[4]) for r in rows if r[2]]
         return sum(1 for r in rows if not r[2])
 

@@ -147,11 +147,11 @@ class AsyncAdminOps(AsyncClientBase):
             rows = await self._rows("replay_jobs", params, conn)
             await self._promote_keys(conn, keys)
             replayed = [int(r[0]) for r in rows if not r[2]]
+            back = []
             if with_dependents and replayed:
                 back = await self._rows("replay_dependents", {**params, "ids": replayed}, conn)
-                if back:
-                    cancelled = await self._decide_waiting(conn, [int(r[0]) for r in back])
-                    await self._promote_dependents(conn, cancelled)
+            # Replayed jobs with dependencies (and the dependents brought back) wait again.
+            await self._wait_again(conn, sorted(replayed + [int(r[0]) for r in back]))
         refused += [(int(r[0]), r[3], r[4]) for r in rows if r[2]]
         return sum(1 for r in rows if not r[2])
 

@@ -167,6 +167,18 @@ class ClientBase:
                 return
             ids = self._decide_waiting(conn, [int(row[0]) for row in locked])
 
+    def _wait_again(self, conn: Connection[Any], ids: list[int]) -> None:
+        """Jobs this transaction made wait again (replays): lock their dependencies, so a
+        dependency ending meanwhile has committed (or waits for us and then promotes them),
+        then decide them with a new snapshot, as at enqueue."""
+        if not ids:
+            return
+        parents = [int(r[0]) for r in self._rows("dependency_ids", {"ids": ids}, conn)]
+        if not parents:
+            return
+        self._rows("lock_dependency_parents", {"ids": sorted(parents)}, conn)
+        self._promote_dependents(conn, self._decide_waiting(conn, ids))
+
     def _decide_waiting(self, conn: Connection[Any], ids: list[int]) -> list[int]:
         """promote_dependents over waiting jobs this transaction locked or inserted; returns
         those that ended cancelled (their dependents are to be decided in turn)."""

@@ -165,6 +165,18 @@ class AsyncClientBase:
                 return
             ids = await self._decide_waiting(conn, [int(row[0]) for row in locked])
 
+    async def _wait_again(self, conn: AsyncConnection[Any], ids: list[int]) -> None:
+        """Jobs this transaction made wait again (replays): lock their dependencies, so a
+        dependency ending meanwhile has committed (or waits for us and then promotes them),
+        then decide them with a new snapshot, as at enqueue."""
+        if not ids:
+            return
+        parents = [int(r[0]) for r in await self._rows("dependency_ids", {"ids": ids}, conn)]
+        if not parents:
+            return
+        await self._rows("lock_dependency_parents", {"ids": sorted(parents)}, conn)
+        await self._promote_dependents(conn, await self._decide_waiting(conn, ids))
+
     async def _decide_waiting(self, conn: AsyncConnection[Any], ids: list[int]) -> list[int]:
         """promote_dependents over waiting jobs this transaction locked or inserted; returns
         those that ended cancelled (their dependents are to be decided in turn)."""

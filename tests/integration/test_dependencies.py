@@ -249,3 +249,17 @@ def test_combining_dependencies_with_keys_is_refused(client: leaseq.Client) -> N
         client.enqueue("t", depends_on=[parent], ordering_key="k")
     with pytest.raises(leaseq.ConfigError, match="on_dead"):
         client.enqueue("t", depends_on=[parent], on_dead="explode")
+
+
+def test_replayed_dependent_waits_again_for_an_unfinished_dependency(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    parent = client.enqueue("t")
+    child = client.enqueue("t", depends_on=[parent])
+    assert client.cancel(child)
+    assert client.replay(child, reason="again", allow_cancelled=True)
+    assert _waiting(dsn, schema, child)
+    (lease,) = _claim_ids(client).values()
+    assert lease.job_id == parent
+    client.complete(lease)
+    assert set(_claim_ids(client)) == {child}
