@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
@@ -43,6 +44,15 @@ class TaskOptions(TypedDict, total=False):
     payload_versions: Iterable[int] | None
     validate: Callable[[Any], Any] | None
     reconcile: Mapping[str, Reconciler] | None
+    store_result: bool
+    result_ttl: float | dt.timedelta
+    result_limit: int
+
+
+#: How long a stored result is kept by default (docs/results.md).
+RESULT_TTL = 7 * 86400.0
+#: The largest stored result by default, in bytes of JSON.
+RESULT_LIMIT = 1 << 20
 
 
 class Task:
@@ -65,6 +75,9 @@ class Task:
         payload_versions: Iterable[int] | None = None,
         validate: Callable[[Any], Any] | None = None,
         reconcile: Mapping[str, Reconciler] | None = None,
+        store_result: bool = False,
+        result_ttl: float | dt.timedelta = RESULT_TTL,
+        result_limit: int = RESULT_LIMIT,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -92,6 +105,11 @@ class Task:
             if not callable(hook):
                 raise ConfigError(f"reconcile hook for {effect_name!r} is not callable")
         self.is_async = inspect.iscoroutinefunction(fn)
+        #: The handler's return value is stored by its completion (see docs/results.md).
+        self.store_result = bool(store_result)
+        ttl = result_ttl.total_seconds() if isinstance(result_ttl, dt.timedelta) else result_ttl
+        self.result_ttl = checks.check_positive_seconds("result_ttl", ttl, 10 * 365 * 86400.0)
+        self.result_limit = checks.check_int("result_limit", result_limit, 2, 256 << 20)
 
     def __call__(self, ctx: JobContext, payload: Any) -> Any:
         return self.fn(ctx, payload)

@@ -13,6 +13,7 @@ from leaseq.ops.failure import FailureOps
 from leaseq.ops.inspect import InspectOps
 from leaseq.ops.lease import LeaseOps
 from leaseq.ops.pauses import PauseOps
+from leaseq.ops.results import ResultOps
 from leaseq.ops.schedules import ScheduleOps
 from leaseq.ops.trace import TraceOps
 from leaseq.params import COPY_THRESHOLD, notify_channel
@@ -27,6 +28,7 @@ class Client(
     InspectOps,
     AdminOps,
     PauseOps,
+    ResultOps,
     ScheduleOps,
     TraceOps,
 ):

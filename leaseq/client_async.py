@@ -1,8 +1,8 @@
 """AsyncClient: enqueue, claim and every fenced transition, over a psycopg connection pool.
 
 The client is its groups of operations combined (``leaseq.ops``: enqueue, the lease
-protocol, failures and the sweep, inspection, operator actions, pauses) over one base that owns
-protocol, failures and the sweep, inspection, operator actions, schedules) over one base that owns
+protocol, failures and the sweep, inspection, operator actions, pauses, schedules, stored
+results; dependencies come with enqueue) over one base that owns
 the pool. ``leaseq/client.py`` (the sync ``Client``) is generated from this file, and each
 ``leaseq/ops/*_async.py`` to its sync twin, by ``tools/gen_sync.py``; a test fails when
 they disagree.
@@ -16,6 +16,7 @@ from leaseq.ops.failure_async import AsyncFailureOps
 from leaseq.ops.inspect_async import AsyncInspectOps
 from leaseq.ops.lease_async import AsyncLeaseOps
 from leaseq.ops.pauses_async import AsyncPauseOps
+from leaseq.ops.results_async import AsyncResultOps
 from leaseq.ops.schedules_async import AsyncScheduleOps
 from leaseq.ops.trace_async import AsyncTraceOps
 from leaseq.params import COPY_THRESHOLD, notify_channel
@@ -30,6 +31,7 @@ class AsyncClient(
     AsyncInspectOps,
     AsyncAdminOps,
     AsyncPauseOps,
+    AsyncResultOps,
     AsyncScheduleOps,
     AsyncTraceOps,
 ):

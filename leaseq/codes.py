@@ -40,3 +40,5 @@ class ErrorCode(StrEnum):
     DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
     #: The handler's return value was over the stored-result size cap (store_result=True).
     RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
+    #: The handler's return value cannot be stored as JSON (store_result=True).
+    RESULT_INVALID = "RESULT_INVALID"

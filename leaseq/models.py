@@ -228,6 +228,22 @@ class JobSpec:
 
 
 @dataclass(frozen=True)
+class JobResult(Printable):
+    """A job's outcome as ``result()`` reads it: ``status``, the stored ``value`` when
+    ``stored`` (tasks with store_result=True, until its result_ttl ends), and the last
+    failure (code, class, detail) of a job that did not succeed."""
+
+    job_id: int
+    status: str
+    stored: bool
+    value: Any
+    error_code: str | None
+    error_class: str | None
+    error_detail: str | None
+    stored_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
 class Dependency(Printable):
     """One edge seen from either end: the other job, the edge's policy for a dependency
     that ends dead or cancelled, the other job's status (None once pruned), and, for a

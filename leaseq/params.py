@@ -38,6 +38,11 @@ def notify_channel(schema: str) -> str:
     return f"leaseq.{schema}"
 
 
+def results_channel(schema: str) -> str:
+    """The channel of stored results; the payload of each notification is a job id."""
+    return f"leaseq.r.{schema}"
+
+
 # -- enqueue ---------------------------------------------------------------------------
 
 #: A job's fields and their defaults, as JobSpec declares them (task has none).

@@ -100,6 +100,8 @@ class FailureOps(ClientBase):
         total = SweepResult()
         # Upkeep: one bounded batch of ended unique-key windows per sweep.
         self._rows("delete_expired_windows", {"limit": batch})
+        # And of stored results past their result_ttl (independent of job pruning).
+        self._rows("delete_expired_results", {"limit": batch})
         pool = self._get_pool()
         while True:
             with pool.connection() as conn, conn.transaction():

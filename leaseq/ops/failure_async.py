@@ -96,6 +96,8 @@ class AsyncFailureOps(AsyncClientBase):
         total = SweepResult()
         # Upkeep: one bounded batch of ended unique-key windows per sweep.
         await self._rows("delete_expired_windows", {"limit": batch})
+        # And of stored results past their result_ttl (independent of job pruning).
+        await self._rows("delete_expired_results", {"limit": batch})
         pool = await self._get_pool()
         while True:
             async with pool.connection() as conn, conn.transaction():

@@ -9,7 +9,7 @@ The synchronous twin of ``leaseq/ops/lease_async.py``; see that file for the log
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -18,7 +18,7 @@ from psycopg import Connection
 from leaseq import validate
 from leaseq.models import Heartbeat, Lease
 from leaseq.ops.base import ClientBase
-from leaseq.params import detail, fence_groups, unclaimable_params
+from leaseq.params import detail, fence_groups, results_channel, unclaimable_params
 from leaseq.rows import Unclaimable, leases_from_rows
 
 log = logging.getLogger("leaseq.jobs")
@@ -108,15 +108,39 @@ class LeaseOps(ClientBase):
         return (lease.job_id, lease.token) not in result.lost
 
     def complete_many(
-        self, leases: Sequence[Lease], *, connection: Connection[Any] | None = None
+        self,
+        leases: Sequence[Lease],
+        *,
+        connection: Connection[Any] | None = None,
+        results: Mapping[int, tuple[str, float]] | None = None,
     ) -> set[int]:
         """Mark jobs succeeded, fenced; returns the ids that were still ours. Leases of
         jobs with a unique key or with dependents take complete_keyed_jobs (which updates
         who holds the key, and then promotes dependents in the same transaction); the
         others the plain statement. A plain lease the plain statement did not take may
-        have gained dependents since its claim: it is tried with the coordinated one."""
+        have gained dependents since its claim: it is tried with the coordinated one.
+
+        ``results``: job id -> (JSON text, seconds to keep it) for tasks that store their
+        result; stored in the same transaction, for the jobs this completion took only."""
         if not leases:
             return set()
+        if not results:
+            return self._complete(leases, connection)
+        with self._transaction(connection) as conn:
+            done = self._complete(leases, conn)
+            stored = [x for x in leases if x.job_id in done and x.job_id in results]
+            if stored:
+                params = {
+                    "ids": [x.job_id for x in stored],
+                    "tokens": [x.token for x in stored],
+                    "values": [results[x.job_id][0] for x in stored],
+                    "ttls": [results[x.job_id][1] for x in stored],
+                    "channel": results_channel(self.schema),
+                }
+                self._rows("store_results", params, conn)
+        return done
+
+    def _complete(self, leases: Sequence[Lease], connection: Connection[Any] | None) -> set[int]:
         plain = [x for x in leases if x.unique_key is None and not x.has_dependents]
         done: set[int] = set()
         if plain:
