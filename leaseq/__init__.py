@@ -60,6 +60,7 @@ from leaseq.worker import (
     WorkerStats,
     run_worker,
 )
+from leaseq.workflows import Chain, Group, Sig, chain, group
 
 __version__ = "0.1.0"
 
@@ -67,6 +68,7 @@ __all__ = [
     "AdminEvent",
     "App",
     "AsyncClient",
+    "Chain",
     "Client",
     "ConfigError",
     "DatabaseUnavailable",
@@ -79,6 +81,7 @@ __all__ = [
     "EnqueueResult",
     "Failure",
     "FencedTransaction",
+    "Group",
     "Heartbeat",
     "InvalidTransition",
     "Job",
@@ -109,6 +112,7 @@ __all__ = [
     "Schedule",
     "ScheduleTick",
     "SchemaError",
+    "Sig",
     "SweepResult",
     "Task",
     "UncertainEffect",
@@ -117,5 +121,7 @@ __all__ = [
     "WorkerConfig",
     "WorkerStats",
     "__version__",
+    "chain",
+    "group",
     "run_worker",
 ]

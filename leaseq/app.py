@@ -17,6 +17,7 @@ from leaseq.schedule_math import DEFAULT_CATCH_UP_MAX, DEFAULT_GRACE
 from leaseq.schedules import ScheduleDef, schedule_def
 from leaseq.tracing import Tracing
 from leaseq.unique import EnqueueResult
+from leaseq.workflows import SIG_OPTIONS, Sig
 
 if TYPE_CHECKING:
     from leaseq.worker.context import JobContext
@@ -138,6 +139,12 @@ class Task:
         """Enqueue through the app's async client; options as in ``AsyncClient.enqueue``."""
         client = self.app.async_client
         return await client.enqueue(self.name, payload, **self._options(payload, options))
+
+    def sig(self, payload: Any = None, **options: Any) -> Sig:
+        """This task with a payload and enqueue options, to enqueue later: a step of
+        ``leaseq.chain`` / ``leaseq.group``, or a batch callback (docs/workflows.md)."""
+        merged = self._options(payload, options)
+        return Sig(self.name, payload, {k: v for k, v in merged.items() if k in SIG_OPTIONS})
 
 
 class App:

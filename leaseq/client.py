@@ -8,6 +8,7 @@ The synchronous twin of ``leaseq/client_async.py``; see that file for the logic.
 from __future__ import annotations
 
 from leaseq.ops.admin import AdminOps
+from leaseq.ops.batches import BatchOps
 from leaseq.ops.enqueue import EnqueueOps
 from leaseq.ops.failure import FailureOps
 from leaseq.ops.inspect import InspectOps
@@ -22,6 +23,7 @@ __all__ = ["COPY_THRESHOLD", "Client", "notify_channel"]
 
 
 class Client(
+    BatchOps,
     EnqueueOps,
     LeaseOps,
     FailureOps,

@@ -11,6 +11,7 @@ they disagree.
 from __future__ import annotations
 
 from leaseq.ops.admin_async import AsyncAdminOps
+from leaseq.ops.batches_async import AsyncBatchOps
 from leaseq.ops.enqueue_async import AsyncEnqueueOps
 from leaseq.ops.failure_async import AsyncFailureOps
 from leaseq.ops.inspect_async import AsyncInspectOps
@@ -25,6 +26,7 @@ __all__ = ["COPY_THRESHOLD", "AsyncClient", "notify_channel"]
 
 
 class AsyncClient(
+    AsyncBatchOps,
     AsyncEnqueueOps,
     AsyncLeaseOps,
     AsyncFailureOps,

@@ -225,6 +225,7 @@ class JobSpec:
     #: Job ids, ``leaseq.Ref`` to earlier items of the batch, or ``leaseq.Dep``.
     depends_on: Sequence[Any] | None = None
     on_dead: str = "cancel"
+    batch_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,23 @@ class JobResult(Printable):
     error_class: str | None
     error_detail: str | None
     stored_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class BatchInfo(Printable):
+    """A batch as ``leaseq batches show`` prints it: state (open, sealed, done), times,
+    its callbacks' tasks, its jobs' counts by status and the callback jobs by kind."""
+
+    id: int
+    state: str
+    created_at: dt.datetime
+    sealed_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    on_success: str | None
+    on_failure: str | None
+    on_finish: str | None
+    counts: dict[str, int]
+    callbacks: dict[str, int]
 
 
 @dataclass(frozen=True)

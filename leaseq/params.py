@@ -120,6 +120,9 @@ def job_params(job: Mapping[str, Any], payload_limit: int) -> dict[str, Any]:
         "deps": None
         if job["depends_on"] is None
         else check_depends_on(job["depends_on"], job["on_dead"]),
+        "batch_id": None
+        if job["batch_id"] is None
+        else validate.check_int("batch_id", job["batch_id"], 1, 2**63 - 1),
     }
 
 

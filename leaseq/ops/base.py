@@ -162,10 +162,21 @@ class ClientBase:
         decided next, down the graph."""
         ids = sorted(set(ended))
         while ids:
+            self._fire_batches_of(conn, ids)
             locked = self._rows("lock_dependents", {"ids": ids}, conn)
             if not locked:
                 return
             ids = self._decide_waiting(conn, [int(row[0]) for row in locked])
+
+    def _fire_batches_of(self, conn: Connection[Any], ended: list[int]) -> None:
+        """The unfinished batches of jobs that ended: locked, then fired if they are sealed
+        and all their jobs ended (fire_batches, with a new snapshot)."""
+        locked = self._rows("lock_batches_of", {"ids": ended}, conn)
+        if locked:
+            self._fire_batches(conn, [int(row[0]) for row in locked])
+
+    def _fire_batches(self, conn: Connection[Any], ids: list[int]) -> None:
+        self._rows("fire_batches", {"ids": ids, "channel": self.channel}, conn)
 
     def _wait_again(self, conn: Connection[Any], ids: list[int]) -> None:
         """Jobs this transaction made wait again (replays): lock their dependencies, so a

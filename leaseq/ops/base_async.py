@@ -160,10 +160,21 @@ class AsyncClientBase:
         decided next, down the graph."""
         ids = sorted(set(ended))
         while ids:
+            await self._fire_batches_of(conn, ids)
             locked = await self._rows("lock_dependents", {"ids": ids}, conn)
             if not locked:
                 return
             ids = await self._decide_waiting(conn, [int(row[0]) for row in locked])
+
+    async def _fire_batches_of(self, conn: AsyncConnection[Any], ended: list[int]) -> None:
+        """The unfinished batches of jobs that ended: locked, then fired if they are sealed
+        and all their jobs ended (fire_batches, with a new snapshot)."""
+        locked = await self._rows("lock_batches_of", {"ids": ended}, conn)
+        if locked:
+            await self._fire_batches(conn, [int(row[0]) for row in locked])
+
+    async def _fire_batches(self, conn: AsyncConnection[Any], ids: list[int]) -> None:
+        await self._rows("fire_batches", {"ids": ids, "channel": self.channel}, conn)
 
     async def _wait_again(self, conn: AsyncConnection[Any], ids: list[int]) -> None:
         """Jobs this transaction made wait again (replays): lock their dependencies, so a

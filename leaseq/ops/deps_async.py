@@ -25,11 +25,29 @@ class AsyncDepsOps(AsyncClientBase):
         """Refuse what cannot be stored, before anything is sent."""
         positions = list(range(len(params_list)))
         for i, params in enumerate(params_list):
+            if params["batch_id"] is not None and params["unique"] is not None:
+                raise ConfigError("a job in a batch cannot have a unique_key")
             if not params["deps"]:
                 continue
             if params["unique"] is not None or params["ordering_key"] is not None:
                 raise ConfigError("depends_on cannot be combined with unique_key or ordering_key")
             resolve(i, params["deps"], positions)
+
+    async def _join_batches(
+        self, conn: AsyncConnection[Any], params_list: Sequence[dict[str, Any]], ids: list[int]
+    ) -> None:
+        """Jobs just inserted join their batches, each locked and required to be open."""
+        wanted: dict[int, list[int]] = {}
+        for job_id, params in zip(ids, params_list, strict=True):
+            if params["batch_id"] is not None:
+                wanted.setdefault(params["batch_id"], []).append(job_id)
+        for batch_id in sorted(wanted):
+            found = await self._rows("lock_open_batch", {"id": batch_id}, conn)
+            if not found:
+                raise ConfigError(f"no batch {batch_id}")
+            if found[0][0] != "open":
+                raise ConfigError(f"batch {batch_id} is {found[0][0]}: no job can join it")
+            await self._rows("join_batch", {"batch_id": batch_id, "ids": wanted[batch_id]}, conn)
 
     async def _store_deps(
         self, conn: AsyncConnection[Any], params_list: Sequence[dict[str, Any]], ids: list[int]

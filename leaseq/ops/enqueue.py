@@ -57,6 +57,7 @@ class EnqueueOps(DepsOps):
         debounce_max: Any = None,
         depends_on: Sequence[Any] | None = None,
         on_dead: str = "cancel",
+        batch_id: int | None = None,
         connection: Connection[Any] | None = None,
     ) -> EnqueueResult:
         """Store one job; returns its id (an :class:`EnqueueResult`, an ``int``).
@@ -80,7 +81,8 @@ class EnqueueOps(DepsOps):
         ``depends_on``: job ids (or :class:`~leaseq.Dep` with a policy of its own) this job
         waits for; it runs once all of them ended, and ``on_dead`` says what a dependency
         that ends dead or cancelled does: ``cancel`` this job (default), ``run`` it anyway,
-        or ``ignore`` that dependency. An unknown id is refused. See docs/workflows.md.
+        or ``ignore`` that dependency. An unknown id is refused. ``batch_id``: the job
+        joins that open batch (see ``batch()``). See docs/workflows.md.
         """
         params = job_params(
             {
@@ -103,6 +105,7 @@ class EnqueueOps(DepsOps):
                 "debounce_max": debounce_max,
                 "depends_on": depends_on,
                 "on_dead": on_dead,
+                "batch_id": batch_id,
             },
             self.payload_limit,
         )
@@ -120,7 +123,7 @@ class EnqueueOps(DepsOps):
     def _insert_one(
         self, params: dict[str, Any], connection: Connection[Any] | None
     ) -> EnqueueResult:
-        if params["deps"] is not None:
+        if params["deps"] is not None or params["batch_id"] is not None:
             return (self._enqueue_with_deps([params], connection))[0]
         if params["unique"] is not None:
             if params["ordering_key"] is None:
@@ -225,20 +228,23 @@ class EnqueueOps(DepsOps):
     def _insert_many(
         self, params_list: list[dict[str, Any]], connection: Connection[Any] | None
     ) -> list[EnqueueResult]:
-        if any(p["deps"] is not None for p in params_list):
+        if any(p["deps"] is not None or p["batch_id"] is not None for p in params_list):
             return self._enqueue_with_deps(params_list, connection)
         return self._insert_rows(params_list, connection)
 
     def _enqueue_with_deps(
         self, params_list: list[dict[str, Any]], connection: Connection[Any] | None
     ) -> list[EnqueueResult]:
-        """Jobs with dependencies: inserted as usual, then their edges stored and decided,
-        all in one transaction (a savepoint in the caller's): an unknown dependency stores
-        nothing."""
+        """Jobs with dependencies or a batch: inserted as usual, then joined to their
+        batches and their edges stored and decided, all in one transaction (a savepoint in
+        the caller's): an unknown dependency or a batch not open stores nothing."""
         self._check_deps(params_list)
         with self._transaction(connection) as outer, outer.transaction():
             results = self._insert_rows(params_list, outer)
-            self._store_deps(outer, params_list, [int(r) for r in results])
+            ids = [int(r) for r in results]
+            self._join_batches(outer, params_list, ids)
+            if any(p["deps"] is not None for p in params_list):
+                self._store_deps(outer, params_list, ids)
         return results
 
     def _insert_rows(

@@ -53,6 +53,7 @@ class AsyncEnqueueOps(AsyncDepsOps):
         debounce_max: Any = None,
         depends_on: Sequence[Any] | None = None,
         on_dead: str = "cancel",
+        batch_id: int | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> EnqueueResult:
         """Store one job; returns its id (an :class:`EnqueueResult`, an ``int``).
@@ -76,7 +77,8 @@ class AsyncEnqueueOps(AsyncDepsOps):
         ``depends_on``: job ids (or :class:`~leaseq.Dep` with a policy of its own) this job
         waits for; it runs once all of them ended, and ``on_dead`` says what a dependency
         that ends dead or cancelled does: ``cancel`` this job (default), ``run`` it anyway,
-        or ``ignore`` that dependency. An unknown id is refused. See docs/workflows.md.
+        or ``ignore`` that dependency. An unknown id is refused. ``batch_id``: the job
+        joins that open batch (see ``batch()``). See docs/workflows.md.
         """
         params = job_params(
             {
@@ -99,6 +101,7 @@ class AsyncEnqueueOps(AsyncDepsOps):
                 "debounce_max": debounce_max,
                 "depends_on": depends_on,
                 "on_dead": on_dead,
+                "batch_id": batch_id,
             },
             self.payload_limit,
         )
@@ -116,7 +119,7 @@ class AsyncEnqueueOps(AsyncDepsOps):
     async def _insert_one(
         self, params: dict[str, Any], connection: AsyncConnection[Any] | None
     ) -> EnqueueResult:
-        if params["deps"] is not None:
+        if params["deps"] is not None or params["batch_id"] is not None:
             return (await self._enqueue_with_deps([params], connection))[0]
         if params["unique"] is not None:
             if params["ordering_key"] is None:
@@ -223,20 +226,23 @@ class AsyncEnqueueOps(AsyncDepsOps):
     async def _insert_many(
         self, params_list: list[dict[str, Any]], connection: AsyncConnection[Any] | None
     ) -> list[EnqueueResult]:
-        if any(p["deps"] is not None for p in params_list):
+        if any(p["deps"] is not None or p["batch_id"] is not None for p in params_list):
             return await self._enqueue_with_deps(params_list, connection)
         return await self._insert_rows(params_list, connection)
 
     async def _enqueue_with_deps(
         self, params_list: list[dict[str, Any]], connection: AsyncConnection[Any] | None
     ) -> list[EnqueueResult]:
-        """Jobs with dependencies: inserted as usual, then their edges stored and decided,
-        all in one transaction (a savepoint in the caller's): an unknown dependency stores
-        nothing."""
+        """Jobs with dependencies or a batch: inserted as usual, then joined to their
+        batches and their edges stored and decided, all in one transaction (a savepoint in
+        the caller's): an unknown dependency or a batch not open stores nothing."""
         self._check_deps(params_list)
         async with self._transaction(connection) as outer, outer.transaction():
             results = await self._insert_rows(params_list, outer)
-            await self._store_deps(outer, params_list, [int(r) for r in results])
+            ids = [int(r) for r in results]
+            await self._join_batches(outer, params_list, ids)
+            if any(p["deps"] is not None for p in params_list):
+                await self._store_deps(outer, params_list, ids)
         return results
 
     async def _insert_rows(

@@ -85,6 +85,8 @@ CREATE TABLE {schema}.jobs (
   -- index); some job depends on this one (its completion promotes dependents).
   waiting boolean NOT NULL DEFAULT false,
   has_dependents boolean NOT NULL DEFAULT false,
+  -- The batch this job belongs to (version 11).
+  batch_id bigint,
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
   CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
   -- A running job always has an owner and an expiry; no other state keeps either, so a
@@ -345,7 +347,7 @@ CREATE TABLE {schema}.schedule_ticks (
   CONSTRAINT schedule_ticks_job_or_reason CHECK ((job_id IS NULL) <> (skipped IS NULL))
 );
 
--- Job dependencies and stored results (version 11).
+-- Job dependencies, batches and stored results (version 11).
 -- Waiting jobs by age: the metrics' count and oldest wait, and the blockers view.
 CREATE INDEX jobs_waiting_idx
   ON {schema}.jobs (created_at)
@@ -367,6 +369,36 @@ CREATE TABLE {schema}.job_deps (
 
 -- Who waits for a job that just finished: the promotion's first probe.
 CREATE INDEX job_deps_depends_on_idx ON {schema}.job_deps (depends_on);
+
+-- A batch groups jobs (jobs.batch_id; its members are marked has_dependents, so their
+-- endings take the coordinated statements). open: jobs may join; sealed: they may not;
+-- done: its callbacks were enqueued. Callbacks are job specs (task, payload, queue,
+-- priority, max_attempts); counts are derived from the member rows when it fires.
+CREATE TABLE {schema}.batches (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  state text NOT NULL DEFAULT 'open',
+  on_success jsonb,
+  on_failure jsonb,
+  on_finish jsonb,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  sealed_at timestamptz,
+  finished_at timestamptz,
+  CONSTRAINT batches_state_known CHECK (state IN ('open', 'sealed', 'done'))
+);
+
+-- A batch's members: counted when it fires, listed by `leaseq batches show`.
+CREATE INDEX jobs_batch_idx ON {schema}.jobs (batch_id) WHERE batch_id IS NOT NULL;
+
+-- One row per callback enqueued: the primary key is what makes each fire at most once,
+-- however many transactions find the batch finished.
+CREATE TABLE {schema}.batch_callbacks (
+  batch_id bigint NOT NULL,
+  kind text NOT NULL,
+  job_id bigint NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (batch_id, kind),
+  CONSTRAINT batch_callbacks_kind_known CHECK (kind IN ('success', 'failure', 'finish'))
+);
 
 -- Stored results of tasks with store_result=True, written by the fenced completion itself
 -- (lease_token: the attempt that wrote it). Their own retention (expires_at), independent of

@@ -1,4 +1,4 @@
--- leaseq schema, version 11: job dependencies and stored results.
+-- leaseq schema, version 11: job dependencies, batches and stored results.
 --
 -- A dependency is an edge row (job_id waits for depends_on). A job with an unfinished
 -- dependency is stored pending but `waiting`, outside the claim index. Readiness is derived
@@ -9,6 +9,7 @@
 ALTER TABLE {schema}.jobs
   ADD COLUMN waiting boolean NOT NULL DEFAULT false,
   ADD COLUMN has_dependents boolean NOT NULL DEFAULT false,
+  ADD COLUMN batch_id bigint,
   ADD CONSTRAINT jobs_only_pending_jobs_wait CHECK (NOT waiting OR status = 'pending');
 
 -- The claim index, now without waiting jobs (a big fan-in's waiting rows would otherwise
@@ -39,6 +40,36 @@ CREATE TABLE {schema}.job_deps (
 
 -- Who waits for a job that just finished: the promotion's first probe.
 CREATE INDEX job_deps_depends_on_idx ON {schema}.job_deps (depends_on);
+
+-- A batch groups jobs (jobs.batch_id; its members are marked has_dependents, so their
+-- endings take the coordinated statements). open: jobs may join; sealed: they may not;
+-- done: its callbacks were enqueued. Callbacks are job specs (task, payload, queue,
+-- priority, max_attempts); counts are derived from the member rows when it fires.
+CREATE TABLE {schema}.batches (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  state text NOT NULL DEFAULT 'open',
+  on_success jsonb,
+  on_failure jsonb,
+  on_finish jsonb,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  sealed_at timestamptz,
+  finished_at timestamptz,
+  CONSTRAINT batches_state_known CHECK (state IN ('open', 'sealed', 'done'))
+);
+
+-- A batch's members: counted when it fires, listed by `leaseq batches show`.
+CREATE INDEX jobs_batch_idx ON {schema}.jobs (batch_id) WHERE batch_id IS NOT NULL;
+
+-- One row per callback enqueued: the primary key is what makes each fire at most once,
+-- however many transactions find the batch finished.
+CREATE TABLE {schema}.batch_callbacks (
+  batch_id bigint NOT NULL,
+  kind text NOT NULL,
+  job_id bigint NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (batch_id, kind),
+  CONSTRAINT batch_callbacks_kind_known CHECK (kind IN ('success', 'failure', 'finish'))
+);
 
 -- Stored results of tasks with store_result=True, written by the fenced completion itself
 -- (lease_token: the attempt that wrote it). Their own retention (expires_at), independent of
