@@ -136,3 +136,43 @@ def test_a_stopped_workers_late_completion_promotes_nothing(
         assert b.wait(60) == 0, b.output()
     assert _runs(child_marker, child) == 1
     assert [e.event for e in client.job_events(child)] == ["promoted"]
+
+
+def test_batch_callbacks_fire_exactly_once_when_a_worker_is_killed_during_the_last_jobs(
+    dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
+) -> None:
+    marker, callback_marker = tmp_path / "runs", tmp_path / "callbacks"
+    callback = leaseq.Sig("batch_callback", {"marker": str(callback_marker)})
+    with client.batch(on_success=callback, on_finish=callback) as batch:
+        batch.enqueue_many(
+            [{"task": "noop"} for _ in range(50)]
+            + [
+                {
+                    "task": "touch_then_sleep",
+                    "payload": {"marker": str(marker), "seconds": 30, "sleep_token": 1},
+                }
+                for _ in range(3)
+            ]
+        )
+    args = ("--lease-seconds", "1", "--poll-interval", "0.05", "--sweep-interval", "60")
+    with WorkerProcess(dsn, schema, *args, "--concurrency", "8", log_dir=tmp_path) as a:
+        wait_for(
+            lambda: marker.exists() and len(marker.read_text().splitlines()) == 3,
+            30,
+            "worker A to start the last jobs",
+        )
+        a.signal(signal.SIGKILL)
+        a.wait(10)
+    assert rows(dsn, "SELECT count(*) FROM {s}.batch_callbacks", schema) == [(0,)]
+    with (
+        WorkerProcess(dsn, schema, *DRAIN, "--concurrency", "8", log_dir=tmp_path) as b,
+        WorkerProcess(dsn, schema, *DRAIN, "--concurrency", "8", log_dir=tmp_path) as c,
+    ):
+        assert b.wait(60) == 0, b.output()
+        assert c.wait(60) == 0, c.output()
+    kinds = rows(dsn, "SELECT kind FROM {s}.batch_callbacks ORDER BY kind", schema)
+    assert kinds == [("finish",), ("success",)]
+    # Each callback ran once, with the counts of the finished batch.
+    assert sorted(callback_marker.read_text().splitlines()) == ["finish 53/53", "success 53/53"]
+    info = client.get_batch(batch.id)
+    assert info is not None and info.state == "done" and info.counts == {"succeeded": 53}
