@@ -7,8 +7,9 @@ stderr and a non-zero exit code, never as a traceback:
 - 0: done; 1: the operation could not be done (database down, job not in that state);
 - 2: bad usage or configuration; 130: interrupted.
 
-The commands live in ``ops`` (operator commands), ``pauses``, ``schedules``, ``worker``
-and ``demo``; tables in ``render``; shared settings and parameter types in ``settings``.
+The commands live in ``ops`` (operator commands), ``pauses``, ``workflows`` (batches,
+waiting jobs), ``schedules``, ``worker`` and ``demo``; tables in ``render``; shared
+settings and parameter types in ``settings``.
 None of them imports this module, so the package has no import cycle.
 """
 
@@ -22,7 +23,7 @@ from typing import NoReturn
 import click
 import psycopg
 
-from leaseq.cli import ops, pauses
+from leaseq.cli import ops, pauses, workflows
 from leaseq.cli.demo import demo
 from leaseq.cli.schedules import schedules
 from leaseq.cli.settings import EXIT_FAILED, EXIT_USAGE, Settings
@@ -77,7 +78,7 @@ def cli(ctx: click.Context, /, verbose: int, log_format: str, **_: object) -> No
     ctx.call_on_close(settings.close)
 
 
-for _command in (*ops.COMMANDS, *pauses.COMMANDS, schedules, worker, demo):
+for _command in (*ops.COMMANDS, *pauses.COMMANDS, *workflows.COMMANDS, schedules, worker, demo):
     cli.add_command(_command)
 
 

@@ -17,6 +17,7 @@ from prometheus_client import disable_created_metrics
 from leaseq.cli.render import age, emit_json, render_status, table
 from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
 from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
+from leaseq.cli.workflows import workflow_fields, workflow_lines
 from leaseq.dev.embedded import EmbeddedServer, default_data_dir
 from leaseq.errors import ConfigError, LeaseqError
 from leaseq.metrics import METRICS, database_registry
@@ -170,11 +171,13 @@ def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
     events = settings.client.job_events(job_id)
     effects = settings.client.job_effects(job_id)
     holder = settings.client.unique_key_holder(job_id)
+    flow = workflow_fields(settings.client, job_id)
     if as_json:
         emit_json(
             {
                 "job": job.as_dict(),
                 "unique_key_holder": holder.as_dict() if holder else None,
+                **flow,
                 "events": [e.as_dict() for e in events],
                 "effects": [f.as_dict() for f in effects],
             }
@@ -183,6 +186,8 @@ def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
     click.echo("\n".join(_job_lines(job)))
     if holder is not None:
         click.echo(holder_line(job_id, holder))
+    for line in workflow_lines(flow):
+        click.echo(line)
     click.echo("\nhistory:")
     if not events:
         click.echo("  (no transitions besides claim/succeed)")

@@ -22,6 +22,9 @@ from leaseq.errors import ConfigError
 from leaseq.models import Dependency
 from leaseq.ops.base import ClientBase
 
+#: (job id, queue, task, seconds waiting, the unfinished dependencies it waits for)
+WaitingJob = tuple[int, str, str, float, list[int]]
+
 
 class DepsOps(ClientBase):
     @staticmethod
@@ -91,6 +94,18 @@ class DepsOps(ClientBase):
         params = {"id": job_id, "limit": validate.check_int("limit", limit, 1, 1_000_000)}
         rows = self._rows("job_dependents", params)
         return [Dependency(int(r[0]), r[1], r[2], bool(r[3])) for r in rows]
+
+    def waiting_jobs(self, *, limit: int = 100) -> list[WaitingJob]:
+        """Waiting jobs, oldest first: (id, queue, task, seconds waiting, the unfinished
+        dependencies it waits for)."""
+        params = {"limit": validate.check_int("limit", limit, 1, 100_000)}
+        rows = self._rows("list_waiting", params)
+        return [(int(r[0]), r[1], r[2], float(r[3]), list(r[4] or [])) for r in rows]
+
+    def job_batch(self, job_id: int) -> int | None:
+        """The batch a job belongs to, if any."""
+        rows = self._rows("job_batch", {"id": job_id})
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def waiting_stats(self) -> tuple[int, float]:
         """Jobs waiting on dependencies, and the oldest such wait in seconds."""

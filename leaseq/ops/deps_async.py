@@ -18,6 +18,9 @@ from leaseq.errors import ConfigError
 from leaseq.models import Dependency
 from leaseq.ops.base_async import AsyncClientBase
 
+#: (job id, queue, task, seconds waiting, the unfinished dependencies it waits for)
+WaitingJob = tuple[int, str, str, float, list[int]]
+
 
 class AsyncDepsOps(AsyncClientBase):
     @staticmethod
@@ -87,6 +90,18 @@ class AsyncDepsOps(AsyncClientBase):
         params = {"id": job_id, "limit": validate.check_int("limit", limit, 1, 1_000_000)}
         rows = await self._rows("job_dependents", params)
         return [Dependency(int(r[0]), r[1], r[2], bool(r[3])) for r in rows]
+
+    async def waiting_jobs(self, *, limit: int = 100) -> list[WaitingJob]:
+        """Waiting jobs, oldest first: (id, queue, task, seconds waiting, the unfinished
+        dependencies it waits for)."""
+        params = {"limit": validate.check_int("limit", limit, 1, 100_000)}
+        rows = await self._rows("list_waiting", params)
+        return [(int(r[0]), r[1], r[2], float(r[3]), list(r[4] or [])) for r in rows]
+
+    async def job_batch(self, job_id: int) -> int | None:
+        """The batch a job belongs to, if any."""
+        rows = await self._rows("job_batch", {"id": job_id})
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     async def waiting_stats(self) -> tuple[int, float]:
         """Jobs waiting on dependencies, and the oldest such wait in seconds."""

@@ -1687,3 +1687,19 @@ SELECT b.id, b.state, b.created_at, b.sealed_at, b.finished_at,
           FROM {schema}.batch_callbacks AS k WHERE k.batch_id = b.id)
 FROM {schema}.batches AS b
 WHERE b.id = %(id)s;
+
+-- name: job_batch
+SELECT batch_id FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: list_waiting
+-- `leaseq waiting`: waiting jobs, oldest first, with what each still waits for (its
+-- unfinished dependencies; the view waiting_jobs has every edge).
+SELECT j.id, j.queue_name, j.task, extract(epoch FROM now() - j.created_at)::float8,
+       (SELECT array_agg(d.depends_on ORDER BY d.depends_on)
+          FROM {schema}.job_deps AS d
+          JOIN {schema}.jobs AS p ON p.id = d.depends_on
+         WHERE d.job_id = j.id AND p.status IN ('pending', 'running'))
+FROM {schema}.jobs AS j
+WHERE j.waiting
+ORDER BY j.created_at, j.id
+LIMIT %(limit)s;
