@@ -266,6 +266,20 @@ METRICS: tuple[MetricSpec, ...] = (
         "How far the most overdue enabled schedule is past its next tick (0 when none is).",
     ),
     MetricSpec(
+        "leaseq_jobs_waiting_on_dependencies",
+        "gauge",
+        (),
+        "database",
+        "Jobs waiting for dependencies to end (pending, outside the claim index).",
+    ),
+    MetricSpec(
+        "leaseq_oldest_dependency_wait_seconds",
+        "gauge",
+        (),
+        "database",
+        "How long the oldest job waiting on dependencies has waited (0 when none does).",
+    ),
+    MetricSpec(
         "leaseq_metrics_query_seconds",
         "gauge",
         (),
@@ -492,6 +506,11 @@ class DatabaseCollector(Collector):
         lag = family("leaseq_schedule_lag_seconds")
         lag.add_metric([], extra.get("schedule_lag", 0.0))
         yield lag
+        waiting = family("leaseq_jobs_waiting_on_dependencies")
+        waiting.add_metric([], extra.get("waiting_jobs", 0))
+        oldest_wait = family("leaseq_oldest_dependency_wait_seconds")
+        oldest_wait.add_metric([], extra.get("oldest_wait", 0.0))
+        yield from (waiting, oldest_wait)
         took = family("leaseq_metrics_query_seconds")
         took.add_metric([], elapsed)
         yield from (expired, locks, conns, took)

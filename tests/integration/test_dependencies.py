@@ -263,3 +263,20 @@ def test_replayed_dependent_waits_again_for_an_unfinished_dependency(
     assert lease.job_id == parent
     client.complete(lease)
     assert set(_claim_ids(client)) == {child}
+
+
+def test_waiting_jobs_are_exported_as_metrics(client: leaseq.Client) -> None:
+    from leaseq.metrics import DatabaseCollector
+
+    parent = client.enqueue("t")
+    client.enqueue("t", depends_on=[parent])
+    client.enqueue("t", depends_on=[parent])
+    health = client.database_health()
+    assert health["waiting_jobs"] == 2 and health["oldest_wait"] >= 0
+    families = {
+        m.name: m.samples[0].value
+        for m in DatabaseCollector(lambda: (client.queue_stats(), health)).collect()
+        if m.samples
+    }
+    assert families["leaseq_jobs_waiting_on_dependencies"] == 2
+    assert families["leaseq_oldest_dependency_wait_seconds"] == health["oldest_wait"]
