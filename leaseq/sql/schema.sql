@@ -206,7 +206,8 @@ WHERE status = 'dead';
 
 -- Per-queue health for psql users, `leaseq status` and the metrics endpoint. Each part reads
 -- one partial index (pending, running, dead), so it stays cheap however much finished
--- history the table holds.
+-- history the table holds. Jobs waiting on dependencies are neither ready nor scheduled
+-- (see waiting_jobs).
 CREATE VIEW {schema}.queue_stats AS
 WITH pending AS (
   SELECT queue_name,
@@ -214,7 +215,7 @@ WITH pending AS (
          count(*) FILTER (WHERE available_at > now()) AS scheduled,
          min(available_at) FILTER (WHERE available_at <= now()) AS oldest_ready
   FROM {schema}.jobs
-  WHERE status = 'pending'
+  WHERE status = 'pending' AND NOT waiting
   GROUP BY queue_name
 ), running AS (
   SELECT queue_name,

@@ -280,3 +280,10 @@ def test_waiting_jobs_are_exported_as_metrics(client: leaseq.Client) -> None:
     }
     assert families["leaseq_jobs_waiting_on_dependencies"] == 2
     assert families["leaseq_oldest_dependency_wait_seconds"] == health["oldest_wait"]
+
+
+def test_waiting_jobs_are_not_counted_ready(client: leaseq.Client) -> None:
+    parent = client.enqueue("t")
+    client.enqueue("t", depends_on=[parent])
+    (stats,) = client.queue_stats()
+    assert (stats.ready, stats.scheduled) == (1, 0)
