@@ -166,7 +166,7 @@ class ClientBase:
             locked = self._rows("lock_dependents", {"ids": ids}, conn)
             if not locked:
                 return
-            ids = self._decide_waiting(conn, [int(row[0]) for row in locked])
+            ids = self._decide_waiting(conn, [int(row[0]) for row in locked], ids)
 
     def _fire_batches_of(self, conn: Connection[Any], ended: list[int]) -> None:
         """The unfinished batches of jobs that ended: locked, then fired if they are sealed
@@ -190,10 +190,13 @@ class ClientBase:
         self._rows("lock_dependency_parents", {"ids": sorted(parents)}, conn)
         self._promote_dependents(conn, self._decide_waiting(conn, ids))
 
-    def _decide_waiting(self, conn: Connection[Any], ids: list[int]) -> list[int]:
+    def _decide_waiting(
+        self, conn: Connection[Any], ids: list[int], ended: list[int] | None = None
+    ) -> list[int]:
         """promote_dependents over waiting jobs this transaction locked or inserted; returns
-        those that ended cancelled (their dependents are to be decided in turn)."""
-        params = {"ids": ids, "channel": self.channel}
+        those that ended cancelled (their dependents are to be decided in turn). ``ended``:
+        the jobs whose ending runs this (None: check every dependency for a failure)."""
+        params = {"ids": ids, "ended": ended, "channel": self.channel}
         rows = self._rows("promote_dependents", params, conn)
         return sorted(int(row[0]) for row in rows if row[1] == "cancelled")
 

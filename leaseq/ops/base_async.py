@@ -164,7 +164,7 @@ class AsyncClientBase:
             locked = await self._rows("lock_dependents", {"ids": ids}, conn)
             if not locked:
                 return
-            ids = await self._decide_waiting(conn, [int(row[0]) for row in locked])
+            ids = await self._decide_waiting(conn, [int(row[0]) for row in locked], ids)
 
     async def _fire_batches_of(self, conn: AsyncConnection[Any], ended: list[int]) -> None:
         """The unfinished batches of jobs that ended: locked, then fired if they are sealed
@@ -188,10 +188,13 @@ class AsyncClientBase:
         await self._rows("lock_dependency_parents", {"ids": sorted(parents)}, conn)
         await self._promote_dependents(conn, await self._decide_waiting(conn, ids))
 
-    async def _decide_waiting(self, conn: AsyncConnection[Any], ids: list[int]) -> list[int]:
+    async def _decide_waiting(
+        self, conn: AsyncConnection[Any], ids: list[int], ended: list[int] | None = None
+    ) -> list[int]:
         """promote_dependents over waiting jobs this transaction locked or inserted; returns
-        those that ended cancelled (their dependents are to be decided in turn)."""
-        params = {"ids": ids, "channel": self.channel}
+        those that ended cancelled (their dependents are to be decided in turn). ``ended``:
+        the jobs whose ending runs this (None: check every dependency for a failure)."""
+        params = {"ids": ids, "ended": ended, "channel": self.channel}
         rows = await self._rows("promote_dependents", params, conn)
         return sorted(int(row[0]) for row in rows if row[1] == "cancelled")
 

@@ -65,6 +65,7 @@ class AsyncDepsOps(AsyncClientBase):
         ]
         parents = sorted({target for _, target, _ in edges})
         found = await self._rows("lock_dependency_parents", {"ids": parents}, conn)
+        ended = {int(row[0]) for row in found if row[1] in ("succeeded", "dead", "cancelled")}
         unknown = set(parents) - {int(row[0]) for row in found}
         if unknown:
             shown = ", ".join(map(str, sorted(unknown)[:10]))
@@ -77,7 +78,12 @@ class AsyncDepsOps(AsyncClientBase):
             "ids": children,
         }
         await self._rows("insert_deps", params, conn)
-        await self._promote_dependents(conn, await self._decide_waiting(conn, children))
+        # Only a job with an ended dependency can be decided now: the others' dependencies
+        # are locked by this transaction, so none can end before it commits, and each one's
+        # ending then promotes (has_dependents is set).
+        decide = sorted({child for child, target, _ in edges if target in ended})
+        if decide:
+            await self._promote_dependents(conn, await self._decide_waiting(conn, decide))
 
     async def dependencies(self, job_id: int) -> list[Dependency]:
         """What a job waits for (or waited for): each dependency with its policy and state."""

@@ -1369,7 +1369,7 @@ WHERE id = %(id)s AND lease_token = %(token)s;
 -- has_dependents set (the plain statements exclude such rows; the client re-runs them
 -- with the coordinated ones). Ids missing from the result do not exist.
 WITH locked AS (
-  SELECT id, has_dependents
+  SELECT id, has_dependents, status
   FROM {schema}.jobs
   WHERE id = ANY(%(ids)s::bigint[])
   ORDER BY id
@@ -1380,7 +1380,7 @@ WITH locked AS (
   FROM locked AS l
   WHERE j.id = l.id AND NOT l.has_dependents
 )
-SELECT id FROM locked;
+SELECT id, status::text FROM locked;
 
 -- name: insert_deps
 -- The edges of jobs just inserted, and their `waiting` flag (the rows are not visible to
@@ -1408,17 +1408,42 @@ FOR UPDATE;
 -- on_dead 'cancel' ends cancelled at once ('dependency_failed'). A dependency that no
 -- longer exists (pruned) counts as ended. The caller locked these rows (lock_dependents)
 -- or inserted them in this transaction. Rows: (id, new status, notify).
-WITH c AS (
+-- Cost: "any unfinished dependency?" stops at the first one found, scanning from the
+-- highest id down (jobs tend to end in id order, so a fan-in of N finds one at once rather
+-- than reading N edges at every ending). A failed dependency is looked for only among
+-- %(ended)s, the jobs whose ending runs this (an earlier failure was decided when it
+-- happened); NULL (enqueue, replay) looks at every dependency. MATERIALIZED: each
+-- job's answer is computed once, not once per SET expression that reads it.
+WITH c AS MATERIALIZED (
   SELECT j.id,
-         bool_and(p.id IS NULL OR p.status IN ('succeeded', 'dead', 'cancelled')) AS ready,
-         (array_agg(d.depends_on || ' ended ' || p.status ORDER BY d.depends_on)
-           FILTER (WHERE p.status IN ('dead', 'cancelled') AND d.on_dead = 'cancel'))[1]
-           AS culprit
+         NOT EXISTS (
+           SELECT 1 FROM (
+             SELECT d.depends_on FROM {schema}.job_deps AS d
+             WHERE d.job_id = j.id
+             ORDER BY d.job_id DESC, d.depends_on DESC
+           ) AS d
+           JOIN {schema}.jobs AS p ON p.id = d.depends_on
+           WHERE p.status IN ('pending', 'running')
+         ) AS ready,
+         CASE WHEN %(ended)s::bigint[] IS NULL THEN
+           (SELECT d.depends_on || ' ended ' || p.status
+              FROM {schema}.job_deps AS d
+              JOIN {schema}.jobs AS p ON p.id = d.depends_on
+             WHERE d.job_id = j.id AND d.on_dead = 'cancel'
+               AND p.status IN ('dead', 'cancelled')
+             ORDER BY d.depends_on
+             LIMIT 1)
+         ELSE
+           (SELECT d.depends_on || ' ended ' || p.status
+              FROM {schema}.job_deps AS d
+              JOIN {schema}.jobs AS p ON p.id = d.depends_on
+             WHERE d.job_id = j.id AND d.depends_on = ANY(%(ended)s::bigint[])
+               AND d.on_dead = 'cancel' AND p.status IN ('dead', 'cancelled')
+             ORDER BY d.depends_on
+             LIMIT 1)
+         END AS culprit
   FROM {schema}.jobs AS j
-  JOIN {schema}.job_deps AS d ON d.job_id = j.id
-  LEFT JOIN {schema}.jobs AS p ON p.id = d.depends_on
   WHERE j.id = ANY(%(ids)s::bigint[]) AND j.waiting AND j.status = 'pending'
-  GROUP BY j.id
 ), upd AS (
   UPDATE {schema}.jobs AS j
   SET waiting = false,
