@@ -10,10 +10,11 @@ batch completed with one fenced call (``complete_many``), until a claim returns 
 Printed per variant: enqueue time, drain rate (jobs/s), and for the DAG:
 - the root's completion call, which promotes every child in its transaction;
 - the completion call that ends the last child, which promotes the fan-in;
-- promotion latency p50/p99: a child's claim (started_at) minus its dependency's end
-  (finished_at), both on the database clock; and the fan-in's start minus the end of its
-  last child. In this loop the claim follows the completion at once, so these are the
-  time from "dependency ended" to "dependent running" through a real claim.
+- promotion latency p50/p99 over the samples: the first child's claim (started_at) minus
+  the root's end (finished_at), both on the database clock, and the fan-in's start minus
+  the end of its last child. In this loop the claim follows the completion at once, so
+  these are the time from "dependency ended" to "dependent running" through a real claim
+  (the other children then queue behind the first at the drain rate).
 Also the plain drain with the same client in a schema where no job has dependencies:
 plain completions run the plain statements (the coordinated path is taken only by jobs
 that have dependents or a batch), so this is the check that dependencies cost a plain
@@ -116,7 +117,7 @@ def main() -> None:
             # The fan-in is promoted by the call that completed the last child to end.
             out["last"].append(_last_call(dsn, client.schema, timed))
             kids_lat, fan_in = _latencies(dsn, client.schema)
-            child_lat += kids_lat
+            child_lat.append(min(kids_lat))  # the first child: the rest queue behind it
             fan_lat += fan_in
             assert client.get_job(fan).status is leaseq.JobStatus.SUCCEEDED  # type: ignore[union-attr]
 
@@ -137,8 +138,8 @@ def main() -> None:
     print(f"root's completion call (promotes {n:,}): {med('root') * 1000:.1f} ms")
     print(f"completion of the last children (promotes the fan-in): {med('last') * 1000:.1f} ms")
     print(
-        f"promotion latency, children:  p50 {percentile(child_lat, 50) * 1000:.1f} ms, "
-        f"p99 {percentile(child_lat, 99) * 1000:.1f} ms"
+        f"promotion latency, 1st child: p50 {percentile(child_lat, 50) * 1000:.1f} ms, "
+        f"p99 {percentile(child_lat, 99) * 1000:.1f} ms ({len(child_lat)} samples)"
     )
     print(
         f"promotion latency, fan-in:    p50 {percentile(fan_lat, 50) * 1000:.1f} ms, "
