@@ -184,3 +184,16 @@ def test_task_sig_carries_the_tasks_options(dsn: str, schema: str, client: lease
         leaseq.chain()
     with pytest.raises(leaseq.ConfigError, match="cannot carry"):
         Sig("t", None, {"depends_on": [1]})
+
+
+async def test_async_batch_flow_and_result(aclient: leaseq.AsyncClient) -> None:
+    async with aclient.batch(on_finish=Sig("done", None, {"queue": "cb"})) as batch:
+        ids = await batch.enqueue_flow(leaseq.chain(Sig("a"), Sig("b")))
+    assert len(ids) == 2
+    while leases := await aclient.claim(worker="w", limit=10):
+        await aclient.complete_many(
+            leases, results={x.job_id: (f'"{x.task}"', 60.0) for x in leases}
+        )
+    assert await aclient.result(ids[1], timeout=1) == "b"
+    info = await aclient.get_batch(batch.id)
+    assert info is not None and info.state == "done" and set(info.callbacks) == {"finish"}
