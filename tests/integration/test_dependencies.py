@@ -287,3 +287,26 @@ def test_waiting_jobs_are_not_counted_ready(client: leaseq.Client) -> None:
     client.enqueue("t", depends_on=[parent])
     (stats,) = client.queue_stats()
     assert (stats.ready, stats.scheduled) == (1, 0)
+
+
+def test_a_retried_dependency_promotes_nothing_until_it_ends(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    """Retries are not endings (Celery's chords counted them): the child waits through
+    every failed attempt and is promoted once, by the success."""
+    parent = client.enqueue("t", max_attempts=3)
+    child = client.enqueue("t", depends_on=[parent])
+    for _ in range(2):
+        (lease,) = _claim_ids(client).values()
+        assert client.fail(lease, "FLAKY", retry_in=0)
+        assert _waiting(dsn, schema, child)
+        rows(
+            dsn,
+            "UPDATE {s}.jobs SET available_at = now() WHERE id = %s RETURNING 1",
+            schema,
+            parent,
+        )
+    (lease,) = _claim_ids(client).values()
+    assert lease.job_id == parent and client.complete(lease)
+    assert set(_claim_ids(client)) == {child}
+    assert _events(client, child) == ["promoted"]
