@@ -242,9 +242,11 @@ class EnqueueOps(DepsOps):
         with self._transaction(connection) as outer, outer.transaction():
             results = self._insert_rows(params_list, outer)
             ids = [int(r) for r in results]
-            self._join_batches(outer, params_list, ids)
+            # Dependencies (job rows) are locked before the batch row, the order an ending
+            # takes too (its job, then its batch), so the two cannot deadlock.
             if any(p["deps"] is not None for p in params_list):
                 self._store_deps(outer, params_list, ids)
+            self._join_batches(outer, params_list, ids)
         return results
 
     def _insert_rows(

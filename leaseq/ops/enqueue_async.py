@@ -240,9 +240,11 @@ class AsyncEnqueueOps(AsyncDepsOps):
         async with self._transaction(connection) as outer, outer.transaction():
             results = await self._insert_rows(params_list, outer)
             ids = [int(r) for r in results]
-            await self._join_batches(outer, params_list, ids)
+            # Dependencies (job rows) are locked before the batch row, the order an ending
+            # takes too (its job, then its batch), so the two cannot deadlock.
             if any(p["deps"] is not None for p in params_list):
                 await self._store_deps(outer, params_list, ids)
+            await self._join_batches(outer, params_list, ids)
         return results
 
     async def _insert_rows(

@@ -310,3 +310,33 @@ def test_a_retried_dependency_promotes_nothing_until_it_ends(
     assert lease.job_id == parent and client.complete(lease)
     assert set(_claim_ids(client)) == {child}
     assert _events(client, child) == ["promoted"]
+
+
+def test_dependents_enqueued_while_their_dependencies_complete_are_never_stranded(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    """Enqueues of dependents race the completions of their dependencies (two clients, two
+    threads): whichever commits first, no dependent is left waiting on ended jobs."""
+    with leaseq.Client(dsn, schema=schema) as a, leaseq.Client(dsn, schema=schema) as b:
+        parents = [int(i) for i in a.enqueue_many([{"task": "p"} for _ in range(60)])]
+        leases = a.claim(worker="w", limit=60)
+        assert len(leases) == 60
+        children: list[int] = []
+
+        def complete_all() -> None:
+            for lease in leases:
+                assert a.complete(lease)
+
+        def enqueue_all() -> None:
+            for i, parent in enumerate(parents):
+                deps = [parent, parents[(i + 7) % len(parents)]]
+                children.append(int(b.enqueue("c", depends_on=deps)))
+
+        threads = [threading.Thread(target=complete_all), threading.Thread(target=enqueue_all)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(children) == 60
+        assert rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE waiting", schema) == [(0,)]
+        assert len(a.claim(worker="w", limit=100)) == 60
