@@ -340,3 +340,15 @@ def test_dependents_enqueued_while_their_dependencies_complete_are_never_strande
         assert len(children) == 60
         assert rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE waiting", schema) == [(0,)]
         assert len(a.claim(worker="w", limit=100)) == 60
+
+
+def test_dependent_enqueued_after_the_claim_is_decided_by_the_failure(
+    client: leaseq.Client,
+) -> None:
+    """As above for a failure that ends the job dead: the plain fail statement must leave
+    the row to the coordinated one, which cancels the dependent."""
+    parent = client.enqueue("t", max_attempts=1)
+    (lease,) = _claim_ids(client).values()
+    child = client.enqueue("t", depends_on=[parent])
+    assert client.fail(lease, "BOOM", retryable=False)
+    assert _status(client, child) is JobStatus.CANCELLED
