@@ -9,27 +9,34 @@ never overwrite the job's state.
 from leaseq.app import App, Task
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
+from leaseq.deps import Dep, Ref
 from leaseq.errors import (
     ConfigError,
     DatabaseUnavailable,
     EmbeddedError,
     InvalidTransition,
+    JobCancelled,
+    JobDead,
+    JobFailed,
     JobNotFound,
     LeaseqError,
     PayloadError,
     Permanent,
     ReplayRefused,
+    ResultTimeout,
     Retry,
     SchemaError,
     UniqueConflict,
 )
 from leaseq.limits import Limit, RateLimit
 from leaseq.models import (
+    Dependency,
     EffectRecord,
     Failure,
     Heartbeat,
     Job,
     JobEvent,
+    JobResult,
     JobSpec,
     Lease,
     QueueStats,
@@ -54,6 +61,7 @@ from leaseq.worker import (
     WorkerStats,
     run_worker,
 )
+from leaseq.workflows import Chain, Group, Sig, chain, group
 
 __version__ = "0.1.0"
 
@@ -61,9 +69,12 @@ __all__ = [
     "AdminEvent",
     "App",
     "AsyncClient",
+    "Chain",
     "Client",
     "ConfigError",
     "DatabaseUnavailable",
+    "Dep",
+    "Dependency",
     "EffectDecision",
     "EffectNotPerformed",
     "EffectRecord",
@@ -71,13 +82,18 @@ __all__ = [
     "EnqueueResult",
     "Failure",
     "FencedTransaction",
+    "Group",
     "Heartbeat",
     "InvalidTransition",
     "Job",
     "JobAborted",
+    "JobCancelled",
     "JobContext",
+    "JobDead",
     "JobEvent",
+    "JobFailed",
     "JobNotFound",
+    "JobResult",
     "JobSpec",
     "JobStatus",
     "Lease",
@@ -90,13 +106,16 @@ __all__ = [
     "QueueSettings",
     "QueueStats",
     "RateLimit",
+    "Ref",
     "ReplayRefused",
     "ReplayResult",
+    "ResultTimeout",
     "Retry",
     "RetryPolicy",
     "Schedule",
     "ScheduleTick",
     "SchemaError",
+    "Sig",
     "SweepResult",
     "Task",
     "UncertainEffect",
@@ -105,5 +124,7 @@ __all__ = [
     "WorkerConfig",
     "WorkerStats",
     "__version__",
+    "chain",
+    "group",
     "run_worker",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
@@ -17,6 +18,7 @@ from leaseq.schedule_math import DEFAULT_CATCH_UP_MAX, DEFAULT_GRACE
 from leaseq.schedules import ScheduleDef, schedule_def
 from leaseq.tracing import Tracing
 from leaseq.unique import EnqueueResult
+from leaseq.workflows import SIG_OPTIONS, Sig
 
 if TYPE_CHECKING:
     from leaseq.worker.context import JobContext
@@ -47,6 +49,15 @@ class TaskOptions(TypedDict, total=False):
     concurrency: int | None
     concurrency_key: str | Callable[[Any], Any] | None
     rate_limit: RateLimit | None
+    store_result: bool
+    result_ttl: float | dt.timedelta
+    result_limit: int
+
+
+#: How long a stored result is kept by default (docs/results.md).
+RESULT_TTL = 7 * 86400.0
+#: The largest stored result by default, in bytes of JSON.
+RESULT_LIMIT = 1 << 20
 
 
 class Task:
@@ -72,6 +83,9 @@ class Task:
         concurrency: int | None = None,
         concurrency_key: str | Callable[[Any], Any] | None = None,
         rate_limit: RateLimit | None = None,
+        store_result: bool = False,
+        result_ttl: float | dt.timedelta = RESULT_TTL,
+        result_limit: int = RESULT_LIMIT,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -112,6 +126,11 @@ class Task:
             self.limit = (limit_name, concurrency, rate_limit)
         elif concurrency_key is not None:
             raise ConfigError(f"task {name!r}: concurrency_key needs concurrency or rate_limit")
+        #: The handler's return value is stored by its completion (see docs/results.md).
+        self.store_result = bool(store_result)
+        ttl = result_ttl.total_seconds() if isinstance(result_ttl, dt.timedelta) else result_ttl
+        self.result_ttl = checks.check_positive_seconds("result_ttl", ttl, 10 * 365 * 86400.0)
+        self.result_limit = checks.check_int("result_limit", result_limit, 2, 256 << 20)
 
     def __call__(self, ctx: JobContext, payload: Any) -> Any:
         return self.fn(ctx, payload)
@@ -144,6 +163,12 @@ class Task:
         """Enqueue through the app's async client; options as in ``AsyncClient.enqueue``."""
         client = self.app.async_client
         return await client.enqueue(self.name, payload, **self._options(payload, options))
+
+    def sig(self, payload: Any = None, **options: Any) -> Sig:
+        """This task with a payload and enqueue options, to enqueue later: a step of
+        ``leaseq.chain`` / ``leaseq.group``, or a batch callback (docs/workflows.md)."""
+        merged = self._options(payload, options)
+        return Sig(self.name, payload, {k: v for k, v in merged.items() if k in SIG_OPTIONS})
 
 
 def _field(payload: Any, name: str) -> Any:

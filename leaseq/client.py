@@ -8,12 +8,14 @@ The synchronous twin of ``leaseq/client_async.py``; see that file for the logic.
 from __future__ import annotations
 
 from leaseq.ops.admin import AdminOps
+from leaseq.ops.batches import BatchOps
 from leaseq.ops.enqueue import EnqueueOps
 from leaseq.ops.failure import FailureOps
 from leaseq.ops.inspect import InspectOps
 from leaseq.ops.lease import LeaseOps
 from leaseq.ops.limits import LimitOps
 from leaseq.ops.pauses import PauseOps
+from leaseq.ops.results import ResultOps
 from leaseq.ops.schedules import ScheduleOps
 from leaseq.ops.trace import TraceOps
 from leaseq.ops.web import WebOps
@@ -23,12 +25,14 @@ __all__ = ["COPY_THRESHOLD", "Client", "notify_channel"]
 
 
 class Client(
+    BatchOps,
     EnqueueOps,
     LeaseOps,
     FailureOps,
     InspectOps,
     AdminOps,
     PauseOps,
+    ResultOps,
     ScheduleOps,
     TraceOps,
     WebOps,

@@ -36,3 +36,9 @@ class ErrorCode(StrEnum):
     #: A retry of a job whose unique key moved to a follow-up job: it ends cancelled instead
     #: of becoming a second live job with the key.
     SUPERSEDED = "SUPERSEDED"
+    #: A dependency ended dead or cancelled under the "cancel" policy: this job never ran.
+    DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
+    #: The handler's return value was over the stored-result size cap (store_result=True).
+    RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
+    #: The handler's return value cannot be stored as JSON (store_result=True).
+    RESULT_INVALID = "RESULT_INVALID"

@@ -84,3 +84,25 @@ class Retry(Exception):
         self.code = code
         self.detail = detail
         self.retry_in = retry_in
+
+
+class ResultTimeout(LeaseqError):
+    """``result()`` waited its whole timeout and the job had not ended."""
+
+
+class JobFailed(LeaseqError):
+    """``result()``: the job ended without a result. ``status`` is dead or cancelled,
+    ``error_code`` / ``detail`` its last failure (or why it was cancelled)."""
+
+    def __init__(self, job_id: int, status: str, error_code: str | None, detail: str | None):
+        self.job_id, self.status, self.error_code, self.detail = job_id, status, error_code, detail
+        first = (detail or "").strip().splitlines()[-1:] or [""]
+        super().__init__(f"job {job_id} ended {status} ({error_code or 'no code'}) {first[0]}")
+
+
+class JobDead(JobFailed):
+    """``result()``: the job ended dead."""
+
+
+class JobCancelled(JobFailed):
+    """``result()``: the job ended cancelled (by an operator, or a failed dependency)."""

@@ -297,6 +297,20 @@ METRICS: tuple[MetricSpec, ...] = (
         "How far the most overdue enabled schedule is past its next tick (0 when none is).",
     ),
     MetricSpec(
+        "leaseq_jobs_waiting_on_dependencies",
+        "gauge",
+        (),
+        "database",
+        "Jobs waiting for dependencies to end (pending, outside the claim index).",
+    ),
+    MetricSpec(
+        "leaseq_oldest_dependency_wait_seconds",
+        "gauge",
+        (),
+        "database",
+        "How long the oldest job waiting on dependencies has waited (0 when none does).",
+    ),
+    MetricSpec(
         "leaseq_metrics_query_seconds",
         "gauge",
         (),
@@ -524,6 +538,11 @@ class DatabaseCollector(Collector):
         lag.add_metric([], extra.get("schedule_lag", 0.0))
         yield lag
         yield from _limit_families(extra.get("limits", []), family)
+        waiting = family("leaseq_jobs_waiting_on_dependencies")
+        waiting.add_metric([], extra.get("waiting_jobs", 0))
+        oldest_wait = family("leaseq_oldest_dependency_wait_seconds")
+        oldest_wait.add_metric([], extra.get("oldest_wait", 0.0))
+        yield from (waiting, oldest_wait)
         took = family("leaseq_metrics_query_seconds")
         took.add_metric([], elapsed)
         yield from (expired, locks, conns, took)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -62,6 +63,8 @@ class Lease:
     #: Claimed under limits: the lease may hold concurrency slots, which the statement that
     #: ends it gives back (so its completion takes the coordinated statements).
     limited: bool = False
+    #: Some job depends on this one: its completion and failure promote dependents.
+    has_dependents: bool = False
     #: Local monotonic time the lease object was made (at the claim), for elapsed times.
     claimed_monotonic: float = field(
         default_factory=time.monotonic, repr=False, compare=False, kw_only=True
@@ -224,6 +227,55 @@ class JobSpec:
     debounce: float | dt.timedelta | None = None
     debounce_max: float | dt.timedelta | None = None
     limit_key: str | None = None
+    #: Job ids, ``leaseq.Ref`` to earlier items of the batch, or ``leaseq.Dep``.
+    depends_on: Sequence[Any] | None = None
+    on_dead: str = "cancel"
+    batch_id: int | None = None
+
+
+@dataclass(frozen=True)
+class JobResult(Printable):
+    """A job's outcome as ``result()`` reads it: ``status``, the stored ``value`` when
+    ``stored`` (tasks with store_result=True, until its result_ttl ends), and the last
+    failure (code, class, detail) of a job that did not succeed."""
+
+    job_id: int
+    status: str
+    stored: bool
+    value: Any
+    error_code: str | None
+    error_class: str | None
+    error_detail: str | None
+    stored_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class BatchInfo(Printable):
+    """A batch as ``leaseq batches show`` prints it: state (open, sealed, done), times,
+    its callbacks' tasks, its jobs' counts by status and the callback jobs by kind."""
+
+    id: int
+    state: str
+    created_at: dt.datetime
+    sealed_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    on_success: str | None
+    on_failure: str | None
+    on_finish: str | None
+    counts: dict[str, int]
+    callbacks: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Dependency(Printable):
+    """One edge seen from either end: the other job, the edge's policy for a dependency
+    that ends dead or cancelled, the other job's status (None once pruned), and, for a
+    dependent, whether it still waits."""
+
+    job_id: int
+    on_dead: str
+    status: str | None
+    waiting: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import fields
 from typing import Any, Unpack
 
 from leaseq import validate
+from leaseq.deps import check_depends_on
 from leaseq.errors import ConfigError
 from leaseq.limits import check_limit_key
 from leaseq.models import Failure, JobFilter, JobSpec, Lease
@@ -36,6 +37,11 @@ SCHEDULE_HORIZON = 100 * 365 * 86400.0
 def notify_channel(schema: str) -> str:
     """The LISTEN/NOTIFY channel of a schema; the payload of each notification is a queue."""
     return f"leaseq.{schema}"
+
+
+def results_channel(schema: str) -> str:
+    """The channel of stored results; the payload of each notification is a job id."""
+    return f"leaseq.r.{schema}"
 
 
 # -- enqueue ---------------------------------------------------------------------------
@@ -113,6 +119,12 @@ def job_params(job: Mapping[str, Any], payload_limit: int) -> dict[str, Any]:
         "ordering_key": validate.check_ordering_key(job["ordering_key"]),
         "key_policy": validate.check_key_policy(job["key_policy"]),
         "limit_key": check_limit_key(job["limit_key"]),
+        "deps": None
+        if job["depends_on"] is None
+        else check_depends_on(job["depends_on"], job["on_dead"]),
+        "batch_id": None
+        if job["batch_id"] is None
+        else validate.check_int("batch_id", job["batch_id"], 1, 2**63 - 1),
     }
 
 
@@ -182,9 +194,10 @@ def default_idempotency_key(job_id: int, created_at: dt.datetime) -> str:
 
 def coordinated(lease: Lease) -> bool:
     """Does ending this lease take the coordinated statements (complete_keyed_jobs,
-    fail_keyed_jobs)? Yes for a unique key (who holds it changes) and for a lease claimed
-    under limits (its slots are given back in the same statement)."""
-    return lease.unique_key is not None or lease.limited
+    fail_keyed_jobs)? Yes for a unique key (who holds it changes), for a lease claimed
+    under limits (its slots are given back in the same statement), and for a job others
+    depend on (its end promotes them in the same transaction)."""
+    return lease.unique_key is not None or lease.limited or lease.has_dependents
 
 
 def fence_arrays(leases: Sequence[Lease]) -> dict[str, list[Any]]:

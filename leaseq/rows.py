@@ -132,6 +132,7 @@ def leases_from_rows(
         ordering_key,
         unique_key,
         limited,
+        has_dependents,
         clock,
         created_age,
         available_age,
@@ -202,6 +203,7 @@ def leases_from_rows(
                 "ordering_key": ordering_key,
                 "unique_key": unique_key,
                 "limited": limited,
+                "has_dependents": has_dependents,
                 "claimed_monotonic": claimed_monotonic,
             },
         )

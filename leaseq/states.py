@@ -75,6 +75,10 @@ TRANSITIONS: frozenset[Transition] = frozenset(
         (_P, "unique_replaced", _P),
         (_R, "superseded", _R),
         (_P, "superseded", _P),
+        # Dependencies: a waiting job whose dependencies all ended becomes claimable; one
+        # whose dependency ended dead or cancelled under the "cancel" policy ends cancelled.
+        (_P, "promoted", _P),
+        (_P, "dependency_failed", _C),
     )
 )
 

@@ -8,9 +8,9 @@ stderr and a non-zero exit code, never as a traceback:
 - 2: bad usage or configuration; 130: interrupted.
 
 The commands live in ``ops`` (operator commands), ``pauses``, ``schedules``, ``limits``,
-``worker``, ``demo`` and ``web`` (the dashboard); tables in ``render``; shared settings and
-parameter types in ``settings``. None of them imports this module, so the package has no
-import cycle.
+``workflows`` (batches, waiting jobs), ``worker``, ``demo`` and ``web`` (the dashboard);
+tables in ``render``; shared settings and parameter types in ``settings``. None of them
+imports this module, so the package has no import cycle.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import NoReturn
 import click
 import psycopg
 
-from leaseq.cli import limits, ops, pauses
+from leaseq.cli import limits, ops, pauses, workflows
 from leaseq.cli.demo import demo
 from leaseq.cli.schedules import schedules
 from leaseq.cli.settings import EXIT_FAILED, EXIT_USAGE, Settings
@@ -79,7 +79,16 @@ def cli(ctx: click.Context, /, verbose: int, log_format: str, **_: object) -> No
     ctx.call_on_close(settings.close)
 
 
-for _command in (*ops.COMMANDS, *pauses.COMMANDS, *limits.COMMANDS, schedules, worker, demo, web):
+for _command in (
+    *ops.COMMANDS,
+    *pauses.COMMANDS,
+    *limits.COMMANDS,
+    *workflows.COMMANDS,
+    schedules,
+    worker,
+    demo,
+    web,
+):
     cli.add_command(_command)
 
 

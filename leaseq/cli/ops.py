@@ -18,6 +18,7 @@ from leaseq.cli.limits import render_limits
 from leaseq.cli.render import age, emit_json, render_status, table
 from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
 from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
+from leaseq.cli.workflows import workflow_fields, workflow_lines
 from leaseq.dev.embedded import EmbeddedServer, default_data_dir
 from leaseq.errors import ConfigError, LeaseqError
 from leaseq.metrics import METRICS, database_registry
@@ -177,11 +178,13 @@ def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
     events = settings.client.job_events(job_id)
     effects = settings.client.job_effects(job_id)
     holder = settings.client.unique_key_holder(job_id)
+    flow = workflow_fields(settings.client, job_id)
     if as_json:
         emit_json(
             {
                 "job": job.as_dict(),
                 "unique_key_holder": holder.as_dict() if holder else None,
+                **flow,
                 "events": [e.as_dict() for e in events],
                 "effects": [f.as_dict() for f in effects],
             }
@@ -190,6 +193,8 @@ def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
     click.echo("\n".join(_job_lines(job)))
     if holder is not None:
         click.echo(holder_line(job_id, holder))
+    for line in workflow_lines(flow):
+        click.echo(line)
     click.echo("\nhistory:")
     if not events:
         click.echo("  (no transitions besides claim/succeed)")
@@ -316,6 +321,11 @@ def dead_purge(
 @click.option("--reason", required=True, help="What was fixed; stored in the audit trail.")
 @actor_option("replays")
 @click.option("--allow-cancelled", is_flag=True, help="Also replay cancelled jobs.")
+@click.option(
+    "--with-dependents",
+    is_flag=True,
+    help="Also replay the jobs cancelled because these ended (DEPENDENCY_FAILED).",
+)
 @job_filters
 @click.option("--all", "everything", is_flag=True, help="Bulk: every dead job (no filter).")
 @click.option("--dry-run", is_flag=True, help="Bulk: only count what would be replayed.")
@@ -327,6 +337,7 @@ def replay(
     reason: str,
     actor: str,
     allow_cancelled: bool,
+    with_dependents: bool,
     everything: bool,
     dry_run: bool,
     **filters: Any,
@@ -341,7 +352,13 @@ def replay(
     if job_id is not None:
         if has_filter or everything or dry_run:
             raise ConfigError("give a job id or bulk filters, not both")
-        if client.replay(job_id, reason=reason, actor=actor, allow_cancelled=allow_cancelled):
+        if client.replay(
+            job_id,
+            reason=reason,
+            actor=actor,
+            allow_cancelled=allow_cancelled,
+            with_dependents=with_dependents,
+        ):
             click.echo(f"job {job_id} replayed by {actor}")
             return
         job = client.get_job(job_id)
@@ -363,6 +380,7 @@ def replay(
             reason=reason,
             actor=actor,
             allow_cancelled=allow_cancelled,
+            with_dependents=with_dependents,
             on_progress=bar.update,
             **filters,
         )

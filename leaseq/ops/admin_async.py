@@ -36,7 +36,11 @@ class AsyncAdminOps(AsyncClientBase):
         params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
         found = await self._rows("job_key", {"id": job_id}, connection)
         keys = [found[0][0]] if found else []
-        return bool(await self._change_jobs("cancel_job", params, keys, connection))
+        async with self._transaction(connection) as conn:
+            rows = await self._change_jobs("cancel_job", params, keys, conn)
+            # A cancelled job's dependents are decided in the same transaction.
+            await self._promote_dependents(conn, [int(r[0]) for r in rows if r[1] == "cancelled"])
+        return bool(rows)
 
     async def skip_dead_head(
         self,
@@ -78,19 +82,24 @@ class AsyncAdminOps(AsyncClientBase):
         actor: str | None = None,
         allow_cancelled: bool = False,
         connection: AsyncConnection[Any] | None = None,
+        with_dependents: bool = False,
     ) -> bool:
         """Bring a dead job back to pending under the same id with a fresh attempt budget.
 
         ``reason`` is required and stored with ``actor`` in the audit trail. False when the
         job does not exist or is not dead (or cancelled, with ``allow_cancelled``). A job
         whose unique key another job holds is not replayed: the refusal is audited
-        (``replay_refused``) and :class:`ReplayRefused` names the holder. With
+        (``replay_refused``) and :class:`ReplayRefused` names the holder.
+        ``with_dependents``: the jobs cancelled because this one ended (DEPENDENCY_FAILED),
+        and theirs in turn, come back too, waiting for it again (same transaction, audited). With
         ``connection`` the replay joins that connection's open transaction.
         """
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = job_filter(statuses, job_id=job_id)
         refused: list[tuple[int, int | None, str]] = []
-        done = await self._replay_batch(params, reason, actor, 1, refused, connection)
+        done = await self._replay_batch(
+            params, reason, actor, 1, refused, connection, with_dependents
+        )
         if refused:
             raise ReplayRefused(refused[0][0], refused[0][2], refused[0][1])
         return bool(done)
@@ -101,6 +110,7 @@ class AsyncAdminOps(AsyncClientBase):
         reason: str,
         actor: str | None = None,
         allow_cancelled: bool = False,
+        with_dependents: bool = False,
         batch_size: int = 500,
         on_progress: Callable[[int], None] | None = None,
         connection: AsyncConnection[Any] | None = None,
@@ -110,8 +120,9 @@ class AsyncAdminOps(AsyncClientBase):
         newer_than), in batches, each its own short transaction; ``on_progress(n)`` after
         each batch. Returns how many were replayed (a :class:`ReplayResult`, an ``int``);
         jobs whose unique key another job holds are refused (audited, ``replay_refused``),
-        listed in its ``refused``, and the replay goes on. With ``connection`` every batch
-        runs in that connection's open transaction."""
+        listed in its ``refused``, and the replay goes on. ``with_dependents``: as in
+        :meth:`replay`. With ``connection`` every batch runs in that connection's open
+        transaction."""
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = job_filter(statuses, **filters)
         batch = validate.check_int("batch_size", batch_size, 1, 10_000)
@@ -119,7 +130,9 @@ class AsyncAdminOps(AsyncClientBase):
         refused: list[tuple[int, int | None, str]] = []
         while True:
             seen = len(refused)
-            done = await self._replay_batch(params, reason, actor, batch, refused, connection)
+            done = await self._replay_batch(
+                params, reason, actor, batch, refused, connection, with_dependents
+            )
             if not done and len(refused) == seen:
                 break
             total += done
@@ -135,6 +148,7 @@ class AsyncAdminOps(AsyncClientBase):
         limit: int,
         refused: list[tuple[int, int | None, str]],
         connection: AsyncConnection[Any] | None = None,
+        with_dependents: bool = False,
     ) -> int:
         """One batch; appends (job id, holder, key) of each refusal to ``refused``, whose
         jobs the next batches then pass over."""
@@ -156,6 +170,12 @@ class AsyncAdminOps(AsyncClientBase):
             params["ids"] = [job_id for job_id, _ in candidates]
             rows = await self._rows("replay_jobs", params, conn)
             await self._promote_keys(conn, keys)
+            replayed = [int(r[0]) for r in rows if not r[2]]
+            back = []
+            if with_dependents and replayed:
+                back = await self._rows("replay_dependents", {**params, "ids": replayed}, conn)
+            # Replayed jobs with dependencies (and the dependents brought back) wait again.
+            await self._wait_again(conn, sorted(replayed + [int(r[0]) for r in back]))
         refused += [(int(r[0]), r[3], r[4]) for r in rows if r[2]]
         return sum(1 for r in rows if not r[2])
 

@@ -18,7 +18,7 @@ from psycopg import Connection
 
 from leaseq.errors import LeaseqError, UniqueConflict
 from leaseq.models import JobSpec
-from leaseq.ops.base import ClientBase
+from leaseq.ops.deps import DepsOps
 from leaseq.params import (
     COPY_THRESHOLD,
     copy_row,
@@ -34,7 +34,7 @@ from leaseq.unique import EnqueueResult, holder_state, resolve_conflict
 UNIQUE_ATTEMPTS = 20
 
 
-class EnqueueOps(ClientBase):
+class EnqueueOps(DepsOps):
     def enqueue(
         self,
         task: str,
@@ -56,6 +56,9 @@ class EnqueueOps(ClientBase):
         debounce: Any = None,
         debounce_max: Any = None,
         limit_key: str | None = None,
+        depends_on: Sequence[Any] | None = None,
+        on_dead: str = "cancel",
+        batch_id: int | None = None,
         connection: Connection[Any] | None = None,
     ) -> EnqueueResult:
         """Store one job; returns its id (an :class:`EnqueueResult`, an ``int``).
@@ -78,6 +81,11 @@ class EnqueueOps(ClientBase):
 
         ``limit_key``: the job is also under the limit ``key:<limit_key>`` (or its family,
         e.g. ``key:customer:*``), besides its queue's and task's. See docs/limits.md.
+        ``depends_on``: job ids (or :class:`~leaseq.Dep` with a policy of its own) this job
+        waits for; it runs once all of them ended, and ``on_dead`` says what a dependency
+        that ends dead or cancelled does: ``cancel`` this job (default), ``run`` it anyway,
+        or ``ignore`` that dependency. An unknown id is refused. ``batch_id``: the job
+        joins that open batch (see ``batch()``). See docs/workflows.md.
         """
         params = job_params(
             {
@@ -99,6 +107,9 @@ class EnqueueOps(ClientBase):
                 "debounce": debounce,
                 "debounce_max": debounce_max,
                 "limit_key": limit_key,
+                "depends_on": depends_on,
+                "on_dead": on_dead,
+                "batch_id": batch_id,
             },
             self.payload_limit,
         )
@@ -116,6 +127,8 @@ class EnqueueOps(ClientBase):
     def _insert_one(
         self, params: dict[str, Any], connection: Connection[Any] | None
     ) -> EnqueueResult:
+        if params["deps"] is not None or params["batch_id"] is not None:
+            return (self._enqueue_with_deps([params], connection))[0]
         if params["unique"] is not None:
             if params["ordering_key"] is None:
                 # Each statement is atomic and fenced on its own: no transaction needed.
@@ -217,6 +230,30 @@ class EnqueueOps(ClientBase):
         return ids
 
     def _insert_many(
+        self, params_list: list[dict[str, Any]], connection: Connection[Any] | None
+    ) -> list[EnqueueResult]:
+        if any(p["deps"] is not None or p["batch_id"] is not None for p in params_list):
+            return self._enqueue_with_deps(params_list, connection)
+        return self._insert_rows(params_list, connection)
+
+    def _enqueue_with_deps(
+        self, params_list: list[dict[str, Any]], connection: Connection[Any] | None
+    ) -> list[EnqueueResult]:
+        """Jobs with dependencies or a batch: inserted as usual, then joined to their
+        batches and their edges stored and decided, all in one transaction (a savepoint in
+        the caller's): an unknown dependency or a batch not open stores nothing."""
+        self._check_deps(params_list)
+        with self._transaction(connection) as outer, outer.transaction():
+            results = self._insert_rows(params_list, outer)
+            ids = [int(r) for r in results]
+            # Dependencies (job rows) are locked before the batch row, the order an ending
+            # takes too (its job, then its batch), so the two cannot deadlock.
+            if any(p["deps"] is not None for p in params_list):
+                self._store_deps(outer, params_list, ids)
+            self._join_batches(outer, params_list, ids)
+        return results
+
+    def _insert_rows(
         self, params_list: list[dict[str, Any]], connection: Connection[Any] | None
     ) -> list[EnqueueResult]:
         if any(p["unique"] is not None for p in params_list):

@@ -26,18 +26,27 @@ class AsyncFailureOps(AsyncClientBase):
         With ``connection`` the report joins that connection's transaction."""
         if not failures:
             return {}
-        result = {}
+        result: dict[int, JobStatus] = {}
+        # Jobs with a unique key, claimed under limits or with dependents take
+        # fail_keyed_jobs (superseded jobs are not retried, an ending job updates who holds
+        # its key and gives back its limit slots, its dependents are decided in the same
+        # transaction); the others the plain statement, which leaves out jobs that
+        # gained dependents since their claim: those are tried with the coordinated one.
         plain = [f for f in failures if not coordinated(f.lease)]
-        unique = [f for f in failures if coordinated(f.lease)]
-        # Jobs with a unique key or claimed under limits take fail_keyed_jobs (superseded
-        # jobs are not retried, an ending job updates who holds its key, slots are given
-        # back); the others the plain statement.
-        for name, group in (("fail_jobs", plain), ("fail_keyed_jobs", unique)):
-            if group:
-                params = fail_params(group, self.retry_policy, self.redact)
-                keys = [f.lease.ordering_key for f in group]
-                rows = await self._change_jobs(name, params, keys, connection)
-                result.update({int(row[0]): JobStatus(row[1]) for row in rows})
+        if plain:
+            params = fail_params(plain, self.retry_policy, self.redact)
+            keys = [f.lease.ordering_key for f in plain]
+            rows = await self._change_jobs("fail_jobs", params, keys, connection)
+            result.update({int(row[0]): JobStatus(row[1]) for row in rows})
+        rest = [f for f in failures if f.lease.job_id not in result]
+        if rest:
+            params = fail_params(rest, self.retry_policy, self.redact)
+            keys = [f.lease.ordering_key for f in rest]
+            async with self._transaction(connection) as conn:
+                rows = await self._change_jobs("fail_keyed_jobs", params, keys, conn)
+                ended = {int(row[0]): JobStatus(row[1]) for row in rows}
+                await self._promote_dependents(conn, [i for i, s in ended.items() if s.terminal])
+            result.update(ended)
         return result
 
     async def fail(
@@ -90,6 +99,8 @@ class AsyncFailureOps(AsyncClientBase):
         await self._rows("delete_expired_windows", {"limit": batch})
         # And a safety net for limit slots whose lease is no longer running.
         await self._rows("delete_orphan_slots", {})
+        # And of stored results past their result_ttl (independent of job pruning).
+        await self._rows("delete_expired_results", {"limit": batch})
         while True:
             async with self._pooled() as conn, conn.transaction():
                 locked = await self._rows("lock_expired_leases", {"limit": batch}, conn)
@@ -106,6 +117,10 @@ class AsyncFailureOps(AsyncClientBase):
                 params = expire_params(locked, self.retry_policy, policies, actor)
                 done = await self._rows("expire_leases", params, conn)
                 await self._promote_keys(conn, keys)
+                # Dependents of jobs that ended here are decided in this transaction.
+                await self._promote_dependents(
+                    conn, [int(row[0]) for row in done if row[1] != "pending"]
+                )
             total = total + SweepResult(
                 requeued=sum(1 for row in done if row[1] == "pending"),
                 dead=sum(1 for row in done if row[1] == "dead"),

@@ -101,15 +101,19 @@ class InspectOps(ClientBase):
         )
 
     def database_health(self) -> dict[str, Any]:
-        """Expired leases awaiting a sweep, lock waits, connections of leaseq processes and
-        the lag of the most overdue schedule."""
+        """Expired leases awaiting a sweep, lock waits, connections of leaseq processes,
+        the lag of the most overdue schedule, and the jobs waiting on dependencies (how
+        many, and the oldest wait in seconds)."""
         ((expired, lock_waits, connections),) = self._rows("database_health")
         ((schedule_lag,),) = self._rows("schedule_lag")
+        ((waiting, oldest_wait),) = self._rows("waiting_stats")
         return {
             "expired_leases": int(expired),
             "lock_waits": int(lock_waits),
             "connections": dict(connections),
             "schedule_lag": float(schedule_lag),
+            "waiting_jobs": int(waiting),
+            "oldest_wait": float(oldest_wait),
         }
 
     def blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:

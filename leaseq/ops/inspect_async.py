@@ -99,15 +99,19 @@ class AsyncInspectOps(AsyncClientBase):
         )
 
     async def database_health(self) -> dict[str, Any]:
-        """Expired leases awaiting a sweep, lock waits, connections of leaseq processes and
-        the lag of the most overdue schedule."""
+        """Expired leases awaiting a sweep, lock waits, connections of leaseq processes,
+        the lag of the most overdue schedule, and the jobs waiting on dependencies (how
+        many, and the oldest wait in seconds)."""
         ((expired, lock_waits, connections),) = await self._rows("database_health")
         ((schedule_lag,),) = await self._rows("schedule_lag")
+        ((waiting, oldest_wait),) = await self._rows("waiting_stats")
         return {
             "expired_leases": int(expired),
             "lock_waits": int(lock_waits),
             "connections": dict(connections),
             "schedule_lag": float(schedule_lag),
+            "waiting_jobs": int(waiting),
+            "oldest_wait": float(oldest_wait),
         }
 
     async def blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:

@@ -9,7 +9,7 @@ The synchronous twin of ``leaseq/ops/lease_async.py``; see that file for the log
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -24,6 +24,7 @@ from leaseq.params import (
     detail,
     fence_arrays,
     fence_groups,
+    results_channel,
     unclaimable_params,
 )
 from leaseq.rows import Unclaimable, leases_from_rows
@@ -82,12 +83,14 @@ class LeaseOps(ClientBase):
             )
         try:
             # The keyed statement: a unique key of such a row must be let go too.
-            self._change_jobs(
-                "fail_keyed_jobs",
-                unclaimable_params(found),
-                [u.ordering_key for u in found],
-                connection,
-            )
+            with self._transaction(connection) as conn:
+                rows = self._change_jobs(
+                    "fail_keyed_jobs",
+                    unclaimable_params(found),
+                    [u.ordering_key for u in found],
+                    conn,
+                )
+                self._promote_dependents(conn, [int(row[0]) for row in rows])
         except psycopg.Error as exc:
             # The good leases of this claim are committed and returned all the same; these
             # rows stay running until the sweeper expires them, and are caught again.
@@ -119,25 +122,55 @@ class LeaseOps(ClientBase):
         return (lease.job_id, lease.token) not in result.lost
 
     def complete_many(
-        self, leases: Sequence[Lease], *, connection: Connection[Any] | None = None
+        self,
+        leases: Sequence[Lease],
+        *,
+        connection: Connection[Any] | None = None,
+        results: Mapping[int, tuple[str, float]] | None = None,
     ) -> set[int]:
         """Mark jobs succeeded, fenced; returns the ids that were still ours. Leases of
-        jobs with a unique key or claimed under limits take complete_keyed_jobs (which
-        updates who holds the key and gives back limit slots); the others the plain
-        statement."""
+        jobs with a unique key, claimed under limits or with dependents take
+        complete_keyed_jobs (which updates who holds the key and gives back limit slots, and
+        then promotes dependents in the same transaction); the
+        others the plain statement. A plain lease the plain statement did not take may
+        have gained dependents since its claim: it is tried with the coordinated one.
+
+        ``results``: job id -> (JSON text, seconds to keep it) for tasks that store their
+        result; stored in the same transaction, for the jobs this completion took only."""
         if not leases:
             return set()
-        unique = [lease for lease in leases if coordinated(lease)]
-        if not unique or len(unique) == len(leases):
-            name = "complete_keyed_jobs" if unique else "complete_jobs"
-            keys = [lease.ordering_key for lease in leases]
-            rows = self._change_jobs(name, fence_groups(leases), keys, connection)
-            return {int(row[0]) for row in rows}
-        # A mixed batch: both statements, in one transaction.
-        plain = [lease for lease in leases if not coordinated(lease)]
+        if not results:
+            return self._complete(leases, connection)
         with self._transaction(connection) as conn:
-            done = self.complete_many(plain, connection=conn)
-            return done | self.complete_many(unique, connection=conn)
+            done = self._complete(leases, conn)
+            stored = [x for x in leases if x.job_id in done and x.job_id in results]
+            if stored:
+                params = {
+                    "ids": [x.job_id for x in stored],
+                    "tokens": [x.token for x in stored],
+                    "values": [results[x.job_id][0] for x in stored],
+                    "ttls": [results[x.job_id][1] for x in stored],
+                    "channel": results_channel(self.schema),
+                }
+                self._rows("store_results", params, conn)
+        return done
+
+    def _complete(self, leases: Sequence[Lease], connection: Connection[Any] | None) -> set[int]:
+        plain = [x for x in leases if not coordinated(x)]
+        done: set[int] = set()
+        if plain:
+            keys = [lease.ordering_key for lease in plain]
+            rows = self._change_jobs("complete_jobs", fence_groups(plain), keys, connection)
+            done = {int(row[0]) for row in rows}
+            if len(done) == len(leases):
+                return done
+        rest = [x for x in leases if x.job_id not in done]
+        with self._transaction(connection) as conn:
+            keys = [lease.ordering_key for lease in rest]
+            rows = self._change_jobs("complete_keyed_jobs", fence_groups(rest), keys, conn)
+            ended = {int(row[0]) for row in rows}
+            self._promote_dependents(conn, ended)
+        return done | ended
 
     def complete(self, lease: Lease, *, connection: Connection[Any] | None = None) -> bool:
         """Mark the job succeeded; False means the lease was lost and nothing changed.

@@ -336,6 +336,7 @@ SELECT id
   WHERE queue_name = %(queue)s
     AND status = 'pending'
     AND NOT blocked
+    AND NOT waiting
     AND available_at <= now()
     AND {_not_paused}
   ORDER BY priority DESC, available_at, id
@@ -420,6 +421,7 @@ RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::t
           -- Claimed under limits: the lease may hold slots, so its end must take the
           -- statements that give them back (complete_keyed_jobs, fail_keyed_jobs).
           {_limits_apply},
+          j.has_dependents,
           -- Times as float8 seconds: the clock, then ages (see leases_from_rows).
           date_part('epoch', now()),
           CASE WHEN isfinite(j.created_at) THEN date_part('epoch', now() - j.created_at) END,
@@ -471,19 +473,25 @@ WHERE {_owned_by_token}
 RETURNING j.id, j.lease_token, j.lease_expires_at, j.cancel_requested_at IS NOT NULL;
 
 -- name: complete_jobs
--- Fenced success for a batch; rows missing from RETURNING were not ours any more.
+-- Fenced success for a batch; rows missing from RETURNING were not ours any more, or
+-- gained dependents after the claim ("NOT has_dependents": the client then completes them
+-- with complete_keyed_jobs, which promotes dependents; the enqueue of a dependent locks
+-- this row, so a completion either commits first or sees the flag).
 UPDATE {schema}.jobs AS j
 SET status = 'succeeded',
     finished_at = now(),
     lease_owner = NULL,
     lease_expires_at = NULL
 WHERE {_owned_by_token}
+  AND NOT j.has_dependents
 RETURNING j.id;
 
 -- name: complete_keyed_jobs
--- complete_jobs for leases of jobs with a unique key or claimed under limits (the plain
--- statement stays as it is): the key becomes a window or is let go (see _unique_release)
--- and the lease's limit slots are given back (_slots_release), in the same statement.
+-- complete_jobs for leases of jobs with a unique key, claimed under limits, or with
+-- dependents (the plain statement stays as it is): the key becomes a window or is let go
+-- (see _unique_release) and the lease's limit slots are given back (_slots_release), in
+-- the same statement; the client promotes dependents in the same transaction
+-- (lock_dependents, promote_dependents).
 WITH upd AS (
   UPDATE {schema}.jobs AS j
   SET status = 'succeeded',
@@ -521,6 +529,8 @@ WITH d AS (
     AND j.lease_owner = d.owner
     AND j.lease_token = d.token
     AND j.lease_expires_at > now()
+    -- As in complete_jobs: a job with dependents takes fail_keyed_jobs.
+    AND NOT j.has_dependents
   RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
             d.class, d.reason
 )
@@ -691,6 +701,7 @@ WITH upd AS (
   UPDATE {schema}.jobs
   SET status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
       finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,
+      waiting = false,
       cancel_requested_at = CASE
         WHEN status = 'running' THEN coalesce(cancel_requested_at, now())
         ELSE cancel_requested_at
@@ -762,7 +773,10 @@ WITH prev AS (
       cancel_requested_at = NULL,
       key_skipped = false,
       -- promote_keys, run next in the same transaction, decides who heads the key.
-      blocked = j.ordering_key IS NOT NULL
+      blocked = j.ordering_key IS NOT NULL,
+      -- A job with dependencies waits again; the client decides it next, in the same
+      -- transaction, after locking its dependencies (as an enqueue does).
+      waiting = EXISTS (SELECT 1 FROM {schema}.job_deps AS d WHERE d.job_id = j.id)
   FROM prev
   WHERE j.id = prev.id AND (prev.unique_key IS NULL OR prev.id IN (SELECT job_id FROM took))
   RETURNING j.id, prev.status AS from_status, prev.attempt_count, j.lease_token,
@@ -958,7 +972,7 @@ WITH due AS (
            base_priority + floor(extract(epoch FROM now() - available_at) / %(interval)s)
          )::int AS aged
   FROM {schema}.jobs
-  WHERE status = 'pending' AND NOT blocked
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting
     AND available_at <= now() - make_interval(secs => %(interval)s)
     -- Ages are computed in numeric and capped before the cast: a very old (or infinite)
     -- available_at must not fail the batch.
@@ -1419,10 +1433,11 @@ SELECT set_config('statement_timeout', %(ms)s, true),
 -- The queue_stats view's figures without its one scan: the view reads pending rows by
 -- status alone, which no index covers (the claim index leaves blocked rows out), so on a
 -- big history it scans the table. Here pending is the claim index's rows plus the blocked
--- ones, which only keyed jobs can be (the ordering index): both partial indexes.
+-- ones, which only keyed jobs can be (the ordering index): both partial indexes. Jobs
+-- waiting for dependencies are neither ready nor scheduled, as in the view.
 WITH pending_rows AS (
   SELECT queue_name, available_at FROM {schema}.jobs
-  WHERE status = 'pending' AND NOT blocked
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting
   UNION ALL
   SELECT queue_name, available_at FROM {schema}.jobs
   WHERE status = 'pending' AND blocked AND ordering_key IS NOT NULL
@@ -1580,7 +1595,8 @@ SELECT l.name, l.concurrency, l.rate, l.per_seconds, l.burst, l.updated_by, l.up
                 AND position(':' IN substr(s.limit_name, length(l.name))) = 0)),
        CASE WHEN right(l.name, 2) = ':*' THEN NULL
             ELSE (SELECT count(*) FROM {schema}.jobs AS j
-                  WHERE j.status = 'pending' AND NOT j.blocked AND j.available_at <= now()
+                  WHERE j.status = 'pending' AND NOT j.blocked AND NOT j.waiting
+                    AND j.available_at <= now()
                     AND CASE split_part(l.name, ':', 1)
                           WHEN 'queue' THEN j.queue_name = substr(l.name, 7)
                           WHEN 'task' THEN j.task = substr(l.name, 6)
@@ -1624,7 +1640,7 @@ SELECT EXISTS (SELECT 1 FROM {schema}.limits),
           FROM (SELECT c.queue_name, c.task, c.limit_key
                   FROM {schema}.jobs AS c
                  WHERE c.queue_name = ANY(%(queues)s::text[]) AND c.status = 'pending'
-                   AND NOT c.blocked AND c.available_at <= now()
+                   AND NOT c.blocked AND NOT c.waiting AND c.available_at <= now()
                  ORDER BY c.priority DESC, c.available_at, c.id
                  LIMIT 50) AS h
           CROSS JOIN LATERAL (
@@ -1646,3 +1662,377 @@ WHERE NOT EXISTS (
   WHERE j.id = s.job_id AND j.status = 'running' AND j.lease_token = s.lease_token
 )
 RETURNING s.limit_name;
+-- Dependencies (leaseq.ops.deps_async; the promotion runs in base_async). A dependent is
+-- pending and `waiting` until promote_dependents finds every dependency ended. Promotion
+-- runs in the transaction of the fenced transition that ended a dependency, in two
+-- statements: lock_dependents locks the waiting dependents (in id order), then
+-- promote_dependents decides with a NEW snapshot, taken after those locks. Two
+-- dependencies ending at once in two transactions both lock the shared dependent, so the
+-- second decides after the first committed and sees both ended: none is left waiting.
+
+-- name: lock_dependency_parents
+-- Enqueue of dependents: lock the dependencies named (id order) and mark them as having
+-- dependents. A completion of one of them either committed before (then its status is
+-- read here, at its latest version) or waits for this transaction and then finds
+-- has_dependents set (the plain statements exclude such rows; the client re-runs them
+-- with the coordinated ones). Ids missing from the result do not exist.
+WITH locked AS (
+  SELECT id, has_dependents, status
+  FROM {schema}.jobs
+  WHERE id = ANY(%(ids)s::bigint[])
+  ORDER BY id
+  FOR UPDATE
+), flag AS (
+  UPDATE {schema}.jobs AS j
+  SET has_dependents = true
+  FROM locked AS l
+  WHERE j.id = l.id AND NOT l.has_dependents
+)
+SELECT id, status::text FROM locked;
+
+-- name: insert_deps
+-- The edges of jobs just inserted, and their `waiting` flag (the rows are not visible to
+-- any claim before this transaction commits; promote_dependents runs next).
+WITH edges AS (
+  INSERT INTO {schema}.job_deps (job_id, depends_on, on_dead)
+  SELECT * FROM unnest(%(job_ids)s::bigint[], %(depends_on)s::bigint[], %(on_dead)s::text[])
+  ON CONFLICT DO NOTHING
+)
+UPDATE {schema}.jobs SET waiting = true WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: lock_dependents
+-- The waiting dependents of jobs that just ended, locked in id order (see above).
+SELECT j.id
+FROM {schema}.jobs AS j
+WHERE j.id IN (SELECT d.job_id FROM {schema}.job_deps AS d
+               WHERE d.depends_on = ANY(%(ids)s::bigint[]))
+  AND j.waiting
+ORDER BY j.id
+FOR UPDATE;
+
+-- name: promote_dependents
+-- Readiness derived from the edge rows: a waiting job whose dependencies have all ended
+-- becomes claimable ('promoted'); one with a dependency ended dead or cancelled under
+-- on_dead 'cancel' ends cancelled at once ('dependency_failed'). A dependency that no
+-- longer exists (pruned) counts as ended. The caller locked these rows (lock_dependents)
+-- or inserted them in this transaction. Rows: (id, new status, notify).
+-- Cost: "any unfinished dependency?" stops at the first one found, scanning from the
+-- highest id down (jobs tend to end in id order, so a fan-in of N finds one at once rather
+-- than reading N edges at every ending). A failed dependency is looked for only among
+-- %(ended)s, the jobs whose ending runs this (an earlier failure was decided when it
+-- happened); NULL (enqueue, replay) looks at every dependency. MATERIALIZED: each
+-- job's answer is computed once, not once per SET expression that reads it.
+WITH c AS MATERIALIZED (
+  SELECT j.id,
+         NOT EXISTS (
+           SELECT 1 FROM (
+             SELECT d.depends_on FROM {schema}.job_deps AS d
+             WHERE d.job_id = j.id
+             ORDER BY d.job_id DESC, d.depends_on DESC
+           ) AS d
+           JOIN {schema}.jobs AS p ON p.id = d.depends_on
+           WHERE p.status IN ('pending', 'running')
+         ) AS ready,
+         CASE WHEN %(ended)s::bigint[] IS NULL THEN
+           (SELECT d.depends_on || ' ended ' || p.status
+              FROM {schema}.job_deps AS d
+              JOIN {schema}.jobs AS p ON p.id = d.depends_on
+             WHERE d.job_id = j.id AND d.on_dead = 'cancel'
+               AND p.status IN ('dead', 'cancelled')
+             ORDER BY d.depends_on
+             LIMIT 1)
+         ELSE
+           (SELECT d.depends_on || ' ended ' || p.status
+              FROM {schema}.job_deps AS d
+              JOIN {schema}.jobs AS p ON p.id = d.depends_on
+             WHERE d.job_id = j.id AND d.depends_on = ANY(%(ended)s::bigint[])
+               AND d.on_dead = 'cancel' AND p.status IN ('dead', 'cancelled')
+             ORDER BY d.depends_on
+             LIMIT 1)
+         END AS culprit
+  FROM {schema}.jobs AS j
+  WHERE j.id = ANY(%(ids)s::bigint[]) AND j.waiting AND j.status = 'pending'
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET waiting = false,
+      status = CASE WHEN c.culprit IS NULL THEN 'pending' ELSE 'cancelled' END
+               ::{schema}.job_status,
+      finished_at = CASE WHEN c.culprit IS NULL THEN NULL ELSE now() END,
+      last_error_code = CASE WHEN c.culprit IS NULL THEN j.last_error_code
+                             ELSE '{code:DEPENDENCY_FAILED}' END,
+      last_error_class = CASE WHEN c.culprit IS NULL THEN j.last_error_class
+                              ELSE 'permanent' END,
+      last_error_detail = CASE WHEN c.culprit IS NULL THEN j.last_error_detail
+                               ELSE 'dependency ' || c.culprit END
+  FROM c
+  WHERE j.id = c.id AND (c.ready OR c.culprit IS NOT NULL)
+  RETURNING j.id, j.status, j.queue_name, j.available_at, j.lease_token, j.attempt_count,
+            c.culprit
+), ev AS (
+  INSERT INTO {schema}.job_events
+    (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
+     error_class, detail)
+  SELECT id, CASE WHEN culprit IS NULL THEN 'promoted' ELSE 'dependency_failed' END,
+         'pending', status, NULL, lease_token, attempt_count,
+         CASE WHEN culprit IS NOT NULL THEN '{code:DEPENDENCY_FAILED}' END,
+         CASE WHEN culprit IS NOT NULL THEN 'permanent' END,
+         CASE WHEN culprit IS NULL THEN 'all dependencies ended'
+              ELSE 'dependency ' || culprit || ' (on_dead cancel)' END
+  FROM upd
+)
+SELECT id, status::text,
+       CASE WHEN status = 'pending' AND available_at <= now()
+         THEN pg_notify(%(channel)s, queue_name)::text END
+FROM upd;
+
+-- name: dependency_ids
+-- The dependencies of jobs that wait again (replayed), to be locked before deciding them.
+SELECT DISTINCT depends_on FROM {schema}.job_deps WHERE job_id = ANY(%(ids)s::bigint[]);
+
+-- name: replay_dependents
+-- replay(with_dependents=True): the jobs cancelled because one of these (just replayed)
+-- jobs ended, and transitively theirs, come back pending and waiting, audited as replays;
+-- promote_dependents then decides them in the same transaction.
+WITH RECURSIVE down(id) AS (
+  SELECT d.job_id
+  FROM {schema}.job_deps AS d JOIN {schema}.jobs AS j ON j.id = d.job_id
+  WHERE d.depends_on = ANY(%(ids)s::bigint[])
+    AND j.status = 'cancelled' AND j.last_error_code = '{code:DEPENDENCY_FAILED}'
+  UNION
+  SELECT d.job_id
+  FROM down
+  JOIN {schema}.job_deps AS d ON d.depends_on = down.id
+  JOIN {schema}.jobs AS j ON j.id = d.job_id
+  WHERE j.status = 'cancelled' AND j.last_error_code = '{code:DEPENDENCY_FAILED}'
+), locked AS (
+  SELECT j.id, j.attempt_count
+  FROM {schema}.jobs AS j
+  WHERE j.id IN (SELECT id FROM down) AND j.status = 'cancelled'
+  ORDER BY j.id
+  FOR UPDATE
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET status = 'pending',
+      waiting = true,
+      attempt_count = 0,
+      unknown_failures = 0,
+      available_at = now(),
+      finished_at = NULL,
+      cancel_requested_at = NULL
+  FROM locked AS l
+  WHERE j.id = l.id
+  RETURNING j.id, j.lease_token, l.attempt_count
+)
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
+SELECT id, 'replayed', 'cancelled', 'pending', %(actor)s, lease_token, attempt_count,
+       left('with its dependency: ' || %(reason)s, 4000)
+FROM upd
+RETURNING job_id;
+
+-- name: job_dependencies
+-- jobs show: what a job waits for (or waited for), with their states.
+SELECT d.depends_on, d.on_dead, p.status::text
+FROM {schema}.job_deps AS d
+LEFT JOIN {schema}.jobs AS p ON p.id = d.depends_on
+WHERE d.job_id = %(id)s
+ORDER BY d.depends_on;
+
+-- name: job_dependents
+-- jobs show: the jobs that wait for (or waited for) this one, with their states.
+SELECT d.job_id, d.on_dead, j.status::text, j.waiting
+FROM {schema}.job_deps AS d
+JOIN {schema}.jobs AS j ON j.id = d.job_id
+WHERE d.depends_on = %(id)s
+ORDER BY d.job_id
+LIMIT %(limit)s;
+
+-- name: waiting_stats
+-- Metrics: jobs waiting on dependencies and the oldest such wait (partial index on
+-- created_at WHERE waiting).
+SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
+FROM {schema}.jobs
+WHERE waiting;
+
+-- ---------------------------------------------------------------------------------------
+-- Stored results (leaseq.ops.results_async; tasks with store_result=True).
+
+-- name: store_results
+-- In the transaction of the fenced completion, only for the jobs that completion took
+-- (the client passes the ids it returned, with their tokens): a stale worker's completion
+-- took nothing, so it stores nothing. A re-run after a replay overwrites an older
+-- attempt's value, never the reverse (lease_token). The NOTIFY wakes result() waiters.
+WITH u AS (
+  SELECT *
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(values)s::jsonb[],
+              %(ttls)s::float8[]) AS u(id, token, value, ttl)
+), ins AS (
+  INSERT INTO {schema}.job_results AS r (job_id, value, stored_at, expires_at, lease_token)
+  SELECT u.id, u.value, now(), now() + make_interval(secs => u.ttl), u.token
+  FROM u
+  ON CONFLICT (job_id) DO UPDATE
+  SET value = excluded.value, stored_at = excluded.stored_at,
+      expires_at = excluded.expires_at, lease_token = excluded.lease_token
+  WHERE r.lease_token < excluded.lease_token
+  RETURNING r.job_id
+)
+SELECT job_id, pg_notify(%(channel)s, job_id::text)::text FROM ins;
+
+-- name: job_result
+-- A job's outcome for result(): its status (a stored result outlives a pruned job: then
+-- 'succeeded'), the stored value unless expired, the last failure. Rows: (status, has
+-- value, value, error code, error class, error detail, stored_at).
+SELECT coalesce(j.status::text, CASE WHEN r.job_id IS NOT NULL THEN 'succeeded' END),
+       r.job_id IS NOT NULL, r.value, j.last_error_code, j.last_error_class,
+       j.last_error_detail, r.stored_at
+FROM (SELECT %(id)s::bigint AS id) AS k
+LEFT JOIN {schema}.jobs AS j ON j.id = k.id
+LEFT JOIN {schema}.job_results AS r ON r.job_id = k.id AND r.expires_at > now()
+WHERE j.id IS NOT NULL OR r.job_id IS NOT NULL;
+
+-- name: dependency_results
+-- ctx.dependency_results(): each dependency's outcome as job_result gives it, leaving
+-- out failed dependencies under on_dead 'ignore'.
+SELECT d.depends_on,
+       coalesce(p.status::text, CASE WHEN r.job_id IS NOT NULL THEN 'succeeded' END),
+       r.job_id IS NOT NULL, r.value, p.last_error_code, p.last_error_class,
+       p.last_error_detail, r.stored_at
+FROM {schema}.job_deps AS d
+LEFT JOIN {schema}.jobs AS p ON p.id = d.depends_on
+LEFT JOIN {schema}.job_results AS r ON r.job_id = d.depends_on AND r.expires_at > now()
+WHERE d.job_id = %(id)s
+  AND NOT (d.on_dead = 'ignore' AND p.status IN ('dead', 'cancelled'))
+ORDER BY d.depends_on;
+
+-- name: delete_expired_results
+-- Result retention, a bounded batch per sweep (independent of job pruning).
+DELETE FROM {schema}.job_results
+WHERE job_id = ANY(ARRAY(
+  SELECT job_id FROM {schema}.job_results
+  WHERE expires_at <= now()
+  ORDER BY expires_at
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+))
+  AND expires_at <= now()
+RETURNING job_id;
+
+-- ---------------------------------------------------------------------------------------
+-- Batches (leaseq.ops.batches_async; fired from base_async with the dependents). Whoever
+-- may change whether a batch is finished locks its row: an enqueue into it, its seal, and
+-- every transition that ends one of its jobs (lock_batches_of). fire_batches then decides
+-- with a new snapshot, so the last of two members ending at once sees the other's commit,
+-- and a seal sees every member that ended before it.
+
+-- name: create_batch
+INSERT INTO {schema}.batches (on_success, on_failure, on_finish)
+VALUES (%(on_success)s::jsonb, %(on_failure)s::jsonb, %(on_finish)s::jsonb)
+RETURNING id;
+
+-- name: lock_open_batch
+-- An enqueue into a batch: the batch must still be open (held until this commits, so a
+-- seal waits for these jobs and then counts them).
+SELECT state FROM {schema}.batches WHERE id = %(id)s FOR UPDATE;
+
+-- name: join_batch
+-- Jobs just inserted join the batch; has_dependents routes their endings to the
+-- coordinated statements, which fire the batch.
+UPDATE {schema}.jobs
+SET batch_id = %(batch_id)s, has_dependents = true
+WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: lock_batches_of
+-- The unfinished batches of jobs that just ended, locked in id order.
+SELECT b.id
+FROM {schema}.batches AS b
+WHERE b.id IN (SELECT j.batch_id FROM {schema}.jobs AS j
+               WHERE j.id = ANY(%(ids)s::bigint[]) AND j.batch_id IS NOT NULL)
+  AND b.state <> 'done'
+ORDER BY b.id
+FOR UPDATE;
+
+-- name: seal_batch
+UPDATE {schema}.batches
+SET state = 'sealed', sealed_at = now()
+WHERE id = %(id)s AND state = 'open'
+RETURNING id;
+
+-- name: fire_batches
+-- For each sealed batch (locked by the caller) whose members have all ended: its callbacks
+-- (success when every member succeeded, failure when any ended dead or cancelled, finish
+-- always) become ordinary jobs, each recorded in batch_callbacks first (ON CONFLICT DO
+-- NOTHING: at most once per batch and kind), with the batch id and counts in the payload.
+WITH b AS (
+  SELECT b.id, b.on_success, b.on_failure, b.on_finish,
+         count(j.id) AS total,
+         count(j.id) FILTER (WHERE j.status = 'succeeded') AS succeeded,
+         count(j.id) FILTER (WHERE j.status = 'dead') AS dead,
+         count(j.id) FILTER (WHERE j.status = 'cancelled') AS cancelled,
+         count(j.id) FILTER (WHERE j.status IN ('pending', 'running')) AS live
+  FROM {schema}.batches AS b
+  LEFT JOIN {schema}.jobs AS j ON j.batch_id = b.id
+  WHERE b.id = ANY(%(ids)s::bigint[]) AND b.state = 'sealed'
+  GROUP BY b.id
+), due AS (
+  SELECT * FROM b WHERE live = 0
+), calls AS (
+  SELECT due.id AS batch_id, k.kind, k.spec, due.total, due.succeeded, due.dead,
+         due.cancelled,
+         nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass) AS job_id
+  FROM due,
+       LATERAL (VALUES ('success', due.on_success), ('failure', due.on_failure),
+                       ('finish', due.on_finish)) AS k(kind, spec)
+  WHERE k.spec IS NOT NULL
+    AND (k.kind = 'finish' OR (k.kind = 'success') = (due.dead + due.cancelled = 0))
+), cb AS (
+  INSERT INTO {schema}.batch_callbacks (batch_id, kind, job_id)
+  SELECT batch_id, kind, job_id FROM calls
+  ON CONFLICT DO NOTHING
+  RETURNING batch_id, kind, job_id
+), ins AS (
+  INSERT INTO {schema}.jobs
+    (id, queue_name, task, payload, priority, base_priority, max_attempts)
+  OVERRIDING SYSTEM VALUE
+  SELECT cb.job_id, c.spec->>'queue', c.spec->>'task',
+         jsonb_build_object('batch_id', c.batch_id, 'kind', c.kind, 'total', c.total,
+                            'succeeded', c.succeeded, 'dead', c.dead,
+                            'cancelled', c.cancelled, 'payload', c.spec->'payload'),
+         (c.spec->>'priority')::int, (c.spec->>'priority')::int,
+         (c.spec->>'max_attempts')::int
+  FROM cb JOIN calls AS c ON c.batch_id = cb.batch_id AND c.kind = cb.kind
+  RETURNING id, queue_name
+), done AS (
+  UPDATE {schema}.batches AS x
+  SET state = 'done', finished_at = now()
+  FROM due
+  WHERE x.id = due.id
+)
+SELECT id, pg_notify(%(channel)s, queue_name)::text FROM ins;
+
+-- name: get_batch
+-- `leaseq batches show`: the batch, its members' counts by status and its callbacks.
+SELECT b.id, b.state, b.created_at, b.sealed_at, b.finished_at,
+       b.on_success->>'task', b.on_failure->>'task', b.on_finish->>'task',
+       (SELECT coalesce(jsonb_object_agg(s, n), '{}'::jsonb)
+          FROM (SELECT j.status::text AS s, count(*) AS n FROM {schema}.jobs AS j
+                WHERE j.batch_id = b.id GROUP BY j.status) AS c),
+       (SELECT coalesce(jsonb_object_agg(kind, job_id), '{}'::jsonb)
+          FROM {schema}.batch_callbacks AS k WHERE k.batch_id = b.id)
+FROM {schema}.batches AS b
+WHERE b.id = %(id)s;
+
+-- name: job_batch
+SELECT batch_id FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: list_waiting
+-- `leaseq waiting`: waiting jobs, oldest first, with what each still waits for (its
+-- unfinished dependencies; the view waiting_jobs has every edge).
+SELECT j.id, j.queue_name, j.task, extract(epoch FROM now() - j.created_at)::float8,
+       (SELECT array_agg(d.depends_on ORDER BY d.depends_on)
+          FROM {schema}.job_deps AS d
+          JOIN {schema}.jobs AS p ON p.id = d.depends_on
+         WHERE d.job_id = j.id AND p.status IN ('pending', 'running'))
+FROM {schema}.jobs AS j
+WHERE j.waiting
+ORDER BY j.created_at, j.id
+LIMIT %(limit)s;

@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 11
+-- schema version: 12
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -28,7 +28,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (8, 'pauses'),
   (9, 'schedules'),
   (10, 'trace_context'),
-  (11, 'limits');
+  (11, 'limits'),
+  (12, 'workflows');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -84,6 +85,12 @@ CREATE TABLE {schema}.jobs (
   -- The job's own limit key (key:...): a concurrency or rate limit of that name, or of its
   -- family, applies to it besides its queue's and task's (see the limits table).
   limit_key text,
+  -- Dependencies (version 11): pending but waiting for a dependency (outside the claim
+  -- index); some job depends on this one (its completion promotes dependents).
+  waiting boolean NOT NULL DEFAULT false,
+  has_dependents boolean NOT NULL DEFAULT false,
+  -- The batch this job belongs to (version 11).
+  batch_id bigint,
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
   CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
   -- A running job always has an owner and an expiry; no other state keeps either, so a
@@ -100,14 +107,16 @@ CREATE TABLE {schema}.jobs (
   CONSTRAINT jobs_key_policy_known CHECK (key_policy IN ('block', 'skip')),
   CONSTRAINT jobs_only_keyed_jobs_block CHECK (NOT blocked OR ordering_key IS NOT NULL),
   CONSTRAINT jobs_unique_key_bounded CHECK (length(unique_key) <= 200),
-  CONSTRAINT jobs_limit_key_bounded CHECK (length(limit_key) <= 200)
+  CONSTRAINT jobs_limit_key_bounded CHECK (length(limit_key) <= 200),
+  CONSTRAINT jobs_only_pending_jobs_wait CHECK (NOT waiting OR status = 'pending')
 );
 
 -- The claim reads this index in order and stops at LIMIT; only claimable pending rows live
--- in it, so finished history and blocked per-key backlogs do not slow claims down.
+-- in it, so finished history, blocked per-key backlogs and jobs waiting for dependencies
+-- do not slow claims down.
 CREATE INDEX jobs_claimable_idx
   ON {schema}.jobs (queue_name, priority DESC, available_at, id)
-  WHERE status = 'pending' AND NOT blocked;
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting;
 
 -- The sweep looks only at running rows whose lease ran out.
 CREATE INDEX jobs_expired_lease_idx
@@ -202,7 +211,8 @@ WHERE status = 'dead';
 
 -- Per-queue health for psql users, `leaseq status` and the metrics endpoint. Each part reads
 -- one partial index (pending, running, dead), so it stays cheap however much finished
--- history the table holds.
+-- history the table holds. Jobs waiting on dependencies are neither ready nor scheduled
+-- (see waiting_jobs).
 CREATE VIEW {schema}.queue_stats AS
 WITH pending AS (
   SELECT queue_name,
@@ -210,7 +220,7 @@ WITH pending AS (
          count(*) FILTER (WHERE available_at > now()) AS scheduled,
          min(available_at) FILTER (WHERE available_at <= now()) AS oldest_ready
   FROM {schema}.jobs
-  WHERE status = 'pending'
+  WHERE status = 'pending' AND NOT waiting
   GROUP BY queue_name
 ), running AS (
   SELECT queue_name,
@@ -613,3 +623,77 @@ LANGUAGE sql STABLE AS $$
            - now()), 0) - p_per / p_rate * (p_burst - p_cost))::float8
   WHERE p_rate IS NOT NULL
 $$;
+-- Job dependencies, batches and stored results (version 11).
+-- Waiting jobs by age: the metrics' count and oldest wait, and the blockers view.
+CREATE INDEX jobs_waiting_idx
+  ON {schema}.jobs (created_at)
+  WHERE waiting;
+
+-- One row per dependency. on_dead: what a dependency ending dead or cancelled does to the
+-- dependent (cancel it, run it anyway, or run it without reporting that dependency).
+-- Dependencies always existed before their dependent (ids are checked at enqueue), so the
+-- graph cannot have a cycle. No foreign key on depends_on: pruning a finished dependency
+-- must not touch its dependents' rows (a missing dependency counts as finished).
+CREATE TABLE {schema}.job_deps (
+  job_id bigint NOT NULL REFERENCES {schema}.jobs (id) ON DELETE CASCADE,
+  depends_on bigint NOT NULL,
+  on_dead text NOT NULL DEFAULT 'cancel',
+  PRIMARY KEY (job_id, depends_on),
+  CONSTRAINT job_deps_on_dead_known CHECK (on_dead IN ('cancel', 'run', 'ignore')),
+  CONSTRAINT job_deps_not_self CHECK (job_id <> depends_on)
+);
+
+-- Who waits for a job that just finished: the promotion's first probe.
+CREATE INDEX job_deps_depends_on_idx ON {schema}.job_deps (depends_on);
+
+-- A batch groups jobs (jobs.batch_id; its members are marked has_dependents, so their
+-- endings take the coordinated statements). open: jobs may join; sealed: they may not;
+-- done: its callbacks were enqueued. Callbacks are job specs (task, payload, queue,
+-- priority, max_attempts); counts are derived from the member rows when it fires.
+CREATE TABLE {schema}.batches (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  state text NOT NULL DEFAULT 'open',
+  on_success jsonb,
+  on_failure jsonb,
+  on_finish jsonb,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  sealed_at timestamptz,
+  finished_at timestamptz,
+  CONSTRAINT batches_state_known CHECK (state IN ('open', 'sealed', 'done'))
+);
+
+-- A batch's members: counted when it fires, listed by `leaseq batches show`.
+CREATE INDEX jobs_batch_idx ON {schema}.jobs (batch_id) WHERE batch_id IS NOT NULL;
+
+-- One row per callback enqueued: the primary key is what makes each fire at most once,
+-- however many transactions find the batch finished.
+CREATE TABLE {schema}.batch_callbacks (
+  batch_id bigint NOT NULL,
+  kind text NOT NULL,
+  job_id bigint NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (batch_id, kind),
+  CONSTRAINT batch_callbacks_kind_known CHECK (kind IN ('success', 'failure', 'finish'))
+);
+
+-- Stored results of tasks with store_result=True, written by the fenced completion itself
+-- (lease_token: the attempt that wrote it). Their own retention (expires_at), independent of
+-- job pruning, so a result is never lost to the job's pruning before it expires.
+CREATE TABLE {schema}.job_results (
+  job_id bigint PRIMARY KEY,
+  value jsonb NOT NULL,
+  stored_at timestamptz NOT NULL DEFAULT now(),
+  expires_at timestamptz NOT NULL,
+  lease_token bigint NOT NULL
+);
+
+CREATE INDEX job_results_expires_idx ON {schema}.job_results (expires_at);
+
+-- Waiting jobs with what they wait for, for psql users and `leaseq jobs waiting`.
+CREATE VIEW {schema}.waiting_jobs AS
+SELECT j.id, j.queue_name, j.task, j.created_at, now() - j.created_at AS waiting_for,
+       d.depends_on, d.on_dead, p.status AS dependency_status
+FROM {schema}.jobs AS j
+JOIN {schema}.job_deps AS d ON d.job_id = j.id
+LEFT JOIN {schema}.jobs AS p ON p.id = d.depends_on
+WHERE j.waiting;

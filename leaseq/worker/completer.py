@@ -31,6 +31,8 @@ class _Pending:
     outcome: Outcome
     deadline: float
     on_done: Callable[[JobStatus | None], None]
+    #: A success's stored result: (JSON, seconds to keep), written with the completion.
+    result: tuple[str, float] | None = None
 
     @property
     def lease(self) -> Lease:
@@ -54,13 +56,18 @@ class Completer:
         self._wake = asyncio.Event()
 
     def submit(
-        self, outcome: Outcome, *, deadline: float, on_done: Callable[[JobStatus | None], None]
+        self,
+        outcome: Outcome,
+        *,
+        deadline: float,
+        on_done: Callable[[JobStatus | None], None],
+        result: tuple[str, float] | None = None,
     ) -> None:
         """Queue an outcome; ``on_done(status)`` runs once it is committed (or known lost).
 
         ``deadline`` is the monotonic time after which the lease has surely expired.
         """
-        self._queue.append(_Pending(outcome, deadline, on_done))
+        self._queue.append(_Pending(outcome, deadline, on_done, result))
         self._wake.set()
 
     def idle(self) -> bool:
@@ -88,7 +95,8 @@ class Completer:
                 log.exception("completion callback failed for job %d", pending.lease.job_id)
 
     async def _complete(self, pending: list[_Pending]) -> dict[int, JobStatus]:
-        done = await self._client.complete_many([p.lease for p in pending])
+        results = {p.lease.job_id: p.result for p in pending if p.result is not None}
+        done = await self._client.complete_many([p.lease for p in pending], results=results)
         return dict.fromkeys(done, JobStatus.SUCCEEDED)
 
     async def _fail(self, pending: list[_Pending]) -> dict[int, JobStatus]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from leaseq import validate as checks
 from leaseq.codes import ErrorCode
 from leaseq.errors import ConfigError
-from leaseq.models import Lease
+from leaseq.models import JobResult, Lease
 from leaseq.schedules import ScheduleTick, parse_tick_key
 from leaseq.worker.aborts import JobAborted, LeaseLost, aborted, lease_lost
 from leaseq.worker.effects import (
@@ -231,6 +231,23 @@ class JobContext:
         if services.async_client is None:
             raise ConfigError("use `ctx.effect(...)` in a sync handler")
         return await run_effect_async(self._site(name, key), services.async_client, fn)
+
+    def dependency_results(self) -> dict[int, JobResult]:
+        """The outcome of each of this job's dependencies, by job id: status and stored
+        value (tasks with store_result=True), or the last failure of one that ended dead or
+        cancelled under on_dead "run" ("ignore" leaves such a dependency out). Sync
+        handlers; async ones use :meth:`dependency_results_async`."""
+        services = self._require_services()
+        if services.sync_client is None:
+            raise ConfigError("use `await ctx.dependency_results_async()` in an async handler")
+        return services.sync_client().dependency_results(self.job_id)
+
+    async def dependency_results_async(self) -> dict[int, JobResult]:
+        """:meth:`dependency_results` for async handlers."""
+        services = self._require_services()
+        if services.async_client is None:
+            raise ConfigError("use `ctx.dependency_results()` in a sync handler")
+        return await services.async_client.dependency_results(self.job_id)
 
     def transaction(self) -> FencedTransaction:
         """A transaction whose commit includes this job's fenced completion; see

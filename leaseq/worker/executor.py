@@ -27,10 +27,11 @@ from leaseq.app import App, Task
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
 from leaseq.codes import ErrorCode
-from leaseq.errors import Permanent, Retry
+from leaseq.errors import PayloadError, Permanent, Retry
 from leaseq.models import Failure, Lease
 from leaseq.retry import ErrorClass
 from leaseq.states import JobStatus
+from leaseq.validate import encode_payload
 from leaseq.worker.aborts import JobAborted
 from leaseq.worker.completer import Completer
 from leaseq.worker.config import WorkerConfig
@@ -174,13 +175,13 @@ class Executor:
         try:
             if task.is_async:
                 _mark_started(running)  # no await since the deadline check above
-                await task.fn(ctx, running.payload)
+                value = await task.fn(ctx, running.payload)
             else:
                 loop = asyncio.get_running_loop()
                 # The thread runs in a copy of this context: a handler's own spans (and
                 # jobs it enqueues) belong to the attempt's trace.
                 call = contextvars.copy_context().run
-                await loop.run_in_executor(self._threads, call, _call_sync, running, task)
+                value = await loop.run_in_executor(self._threads, call, _call_sync, running, task)
         except JobAborted:
             return lease  # the abort decides what is reported
         except Exception as exc:
@@ -197,6 +198,8 @@ class Executor:
                 retry_in=exc.retry_in if isinstance(exc, Retry) else None,
                 policy=task.retry,
             )
+        if task.store_result:
+            return _keep_result(running, task, value)
         return lease
 
     async def _check_joined_completion(
@@ -250,6 +253,7 @@ class Executor:
         running.reporting = True
         self._completer.submit(
             outcome,
+            result=running.result if isinstance(outcome, Lease) else None,
             deadline=running.deadline,
             on_done=lambda status: self._recorded(running, outcome, status),
         )
@@ -303,14 +307,27 @@ def _too_late(running: Running) -> bool:
     return True
 
 
-def _call_sync(running: Running, task: Task) -> None:
+def _call_sync(running: Running, task: Task) -> Any:
     # Runs in a pool thread. A job queued behind busy threads has not started yet: it
     # counts as started (and so is charged, and waited for at shutdown) from here. Its
     # lease may have ended while it waited (the loop may not have noticed yet).
     if running.ctx.aborted is not None or _too_late(running):
-        return
+        return None
     _mark_started(running)
-    task.fn(running.ctx, running.payload)
+    return task.fn(running.ctx, running.payload)
+
+
+def _keep_result(running: Running, task: Task, value: Any) -> Lease | Failure:
+    """The return value as JSON for the completion to store; one that cannot be stored
+    fails the job permanently, with a code saying why."""
+    try:
+        running.result = (encode_payload(value, task.result_limit), task.result_ttl)
+    except PayloadError as exc:
+        message = str(exc).replace("payload", "result", 1)
+        too_large = "over the limit" in message
+        code = ErrorCode.RESULT_TOO_LARGE if too_large else ErrorCode.RESULT_INVALID
+        return Failure(running.lease, code, error_class=ErrorClass.PERMANENT, detail=message)
+    return running.lease
 
 
 def _mark_started(running: Running) -> None:

@@ -90,6 +90,8 @@ class Running:
     reporting: bool = False
     abort_counted: bool = False
     task: asyncio.Task[None] | None = None
+    #: The handler's return value as JSON, with how long to keep it (store_result tasks).
+    result: tuple[str, float] | None = None
 
     @property
     def key(self) -> tuple[int, int]:

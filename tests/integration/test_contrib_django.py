@@ -111,6 +111,8 @@ def test_backend_enqueues_and_a_real_worker_runs_the_task(kit: Kit) -> None:
     assert Receipt.objects.filter(order=order).count() == 1
     done = send_receipt.get_result(result.id)
     assert done.status == "SUCCESSFUL" and done.args == [order.id]
+    # The return value was stored by the fenced completion.
+    assert done.return_value == Receipt.objects.get(order=order).id
     dead = bounce.get_result(failed.id)
     assert dead.status == "FAILED"
     assert dead.errors[0].exception_class_path == "MAILBOX_GONE"

@@ -112,6 +112,9 @@ class JobModel:
     events: list[Event] = field(default_factory=list)
     unique_key: str | None = None
     window: bool = False  # unique_for given: the key stays held after success
+    deps: dict[int, str] = field(default_factory=dict)  # dependency id -> on_dead
+    waiting: bool = False
+    promoted_at: int | None = None  # logical time it stopped waiting
 
     @property
     def live(self) -> bool:
@@ -271,6 +274,33 @@ class LeaseqMachine(RuleBasedStateMachine):
             return self.enqueue([spec, (2, None, "block", None, False, "skip"), spec])
         return self.enqueue([spec])
 
+    @precondition(lambda self: bool(self.model) and self._unfinished() < MAX_UNFINISHED)
+    @rule(
+        target=jobs,
+        parents=st.lists(jobs, min_size=1, max_size=3, unique=True),
+        on_dead=st.sampled_from(["cancel", "run", "ignore"]),
+        max_attempts=st.integers(1, 3),
+    )
+    def enqueue_dependent(self, parents: list[int], on_dead: str, max_attempts: int) -> Any:
+        """A job depending on jobs of any state (one pruned or purged is refused, nothing
+        stored); it waits, or is decided at once when they have all ended."""
+        item = dict(
+            task=UNKEYED_TASK, max_attempts=max_attempts, depends_on=parents, on_dead=on_dead
+        )
+        if any(p not in self.model for p in parents):
+            before = self._snapshot()
+            with pytest.raises(leaseq.ConfigError, match="do not exist"):
+                self.client.enqueue(**item)
+            assert self._snapshot() == before, "a refused enqueue changed the database"
+            return multiple()
+        job_id = int(self.client.enqueue(**item))
+        assert job_id not in self.model and job_id not in self.seen_tokens
+        self.model[job_id] = JobModel(
+            max_attempts=max_attempts, deps=dict.fromkeys(parents, on_dead), waiting=True
+        )
+        self._settle()
+        return multiple(job_id)
+
     def _expect_enqueue(self, spec: JobSpecT) -> str:
         """What an enqueue of ``spec`` will do (insert, skip, replace, follow_up, raise),
         given the holders the model knows; the model is updated by _apply_enqueue."""
@@ -334,7 +364,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             job_id: due and not self._paused(task)
             for job_id, due, task in self._query(
                 "SELECT id, available_at <= now(), task FROM {s}.jobs "
-                "WHERE status = 'pending' AND NOT blocked"
+                "WHERE status = 'pending' AND NOT blocked AND NOT waiting"
             )
         }
         ready = sum(claimable.values())
@@ -371,6 +401,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             assert lease.unique_key == job.unique_key
             if job.key is not None:
                 self._check_key_order(lease.job_id, job)
+            self._check_dependencies_ended(lease.job_id, job)
             job.status, job.token, job.owner = "running", lease.token, lease.owner
             if job.started is None:
                 job.started = self.clock
@@ -381,6 +412,51 @@ class LeaseqMachine(RuleBasedStateMachine):
             if lease.limited:
                 self.slotted.add((lease.job_id, lease.token))
         return multiple(*got)
+
+    def _check_dependencies_ended(self, job_id: int, job: JobModel) -> None:
+        """No job runs while a dependency is unfinished, unless that dependency was replayed
+        after this job had been promoted (a promotion is final)."""
+        for dep in job.deps:
+            parent = self.model.get(dep)
+            if parent is None or parent.status in TERMINAL:
+                continue
+            late = parent.replayed_at is not None and parent.replayed_at > (job.promoted_at or 0)
+            assert late, f"claim of job {job_id} while its dependency {dep} is {parent.status}"
+
+    def _dep_state(self, job: JobModel) -> str:
+        """wait, run or cancel, as promote_dependents decides (a gone job has ended)."""
+        ended = [self.model.get(d) for d in job.deps]
+        if any(
+            p is not None and p.status in ("dead", "cancelled") and job.deps[d] == "cancel"
+            for d, p in zip(job.deps, ended, strict=True)
+        ):
+            return "cancel"
+        return "run" if all(p is None or p.status in TERMINAL for p in ended) else "wait"
+
+    def _settle(self) -> None:
+        """What the transitions just made promote: every waiting job whose dependencies all
+        ended is promoted, one whose "cancel" dependency failed ends cancelled (and that
+        is an ending too, so this repeats down the graph)."""
+        changed = True
+        while changed:
+            changed = False
+            for job in self.model.values():
+                if not job.waiting:
+                    continue
+                state = self._dep_state(job)
+                if state == "wait":
+                    continue
+                changed = True
+                job.waiting = False
+                if state == "run":
+                    job.events.append(("promoted", "pending", "pending", job.token, job.attempts))
+                    job.promoted_at = self.clock
+                else:
+                    job.events.append(
+                        ("dependency_failed", "pending", "cancelled", job.token, job.attempts)
+                    )
+                    job.status = "cancelled"
+                    job.last_error_code, job.last_error_class = "DEPENDENCY_FAILED", "permanent"
 
     def _check_key_order(self, job_id: int, job: JobModel) -> None:
         """README "Strict order per key": a keyed job starts only when no job of its key runs
@@ -446,6 +522,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             job.last_error_code, job.last_error_class = code, mode
             if to != "pending":
                 self._finish_key(lease.job_id, to)
+        self._settle()
 
     @rule(lease=leases, action=st.sampled_from(ACTIONS))
     def act_with_any_lease(self, lease: leaseq.Lease, action: str) -> None:
@@ -498,6 +575,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             job.last_error_code, job.last_error_class = code, "transient"
             if to != "pending":
                 self._finish_key(job_id, to)
+        self._settle()
         tos = list(outcomes.values())
         # What the sweep reports must match what it did (one lease_expired event each).
         assert (result.requeued, result.dead, result.cancelled, result.total) == (
@@ -524,19 +602,24 @@ class LeaseqMachine(RuleBasedStateMachine):
         assert self.client.cancel(job_id, actor="op", reason="test") is True
         if job.status == "pending":
             job.events.append(("cancelled", "pending", "cancelled", job.token, job.attempts))
-            job.status = "cancelled"
+            job.status, job.waiting = "cancelled", False
             self._finish_key(job_id, "cancelled")
+            self._settle()
         else:
             job.events.append(("cancel_requested", "running", "running", job.token, job.attempts))
             job.cancel_requested = True
 
-    def _replay(self, job_id: int, allow_cancelled: bool) -> None:
+    def _replay(self, job_id: int, allow_cancelled: bool, with_dependents: bool = False) -> None:
         job = self.model.get(job_id)
         allowed = ("dead", "cancelled") if allow_cancelled else ("dead",)
 
         def call() -> bool:
             return self.client.replay(
-                job_id, reason="fixed it", actor="op", allow_cancelled=allow_cancelled
+                job_id,
+                reason="fixed it",
+                actor="op",
+                allow_cancelled=allow_cancelled,
+                with_dependents=with_dependents,
             )
 
         if job is None or job.status not in allowed:
@@ -552,11 +635,30 @@ class LeaseqMachine(RuleBasedStateMachine):
         assert call() is True
         if job.unique_key is not None:
             self.holders[job.unique_key] = (job_id, False)
-        job.events.append(("replayed", job.status, "pending", job.token, job.attempts))
-        job.status, job.attempts, job.unknown_failures = "pending", 0, 0
-        job.cancel_requested, job.replayed, job.key_skipped = False, True, False
+        back = [job_id]
+        if with_dependents:
+            # Jobs cancelled because this one (or one brought back) ended, transitively.
+            frontier = [job_id]
+            while frontier:
+                here = frontier.pop()
+                for i, j in self.model.items():
+                    if (
+                        here in j.deps
+                        and i not in back
+                        and j.status == "cancelled"
+                        and j.last_error_code == "DEPENDENCY_FAILED"
+                    ):
+                        back.append(i)
+                        frontier.append(i)
         self.clock += 1
-        job.started, job.replayed_at = None, self.clock
+        for i in back:
+            again = self.model[i]
+            again.events.append(("replayed", again.status, "pending", again.token, again.attempts))
+            again.status, again.attempts, again.unknown_failures = "pending", 0, 0
+            again.cancel_requested, again.replayed, again.key_skipped = False, True, False
+            again.started, again.replayed_at = None, self.clock
+            again.waiting = bool(again.deps)
+        self._settle()
 
     def _skip(self, job_id: int) -> None:
         job = self.model.get(job_id)
@@ -571,7 +673,10 @@ class LeaseqMachine(RuleBasedStateMachine):
         job.events.append(("key_skipped", "dead", "dead", job.token, job.attempts))
         job.key_skipped = True
 
-    @rule(job_id=jobs, action=st.sampled_from(["cancel", "replay", "replay+cancelled", "skip"]))
+    @rule(
+        job_id=jobs,
+        action=st.sampled_from(["cancel", "replay", "replay+cancelled", "replay+deps", "skip"]),
+    )
     def operate_on_any_job(self, job_id: int, action: str) -> None:
         """Cancel, replay or skip any job, whatever its state (most are refused)."""
         if action == "cancel":
@@ -579,7 +684,11 @@ class LeaseqMachine(RuleBasedStateMachine):
         elif action == "skip":
             self._skip(job_id)
         else:
-            self._replay(job_id, allow_cancelled=action == "replay+cancelled")
+            self._replay(
+                job_id,
+                allow_cancelled=action == "replay+cancelled",
+                with_dependents=action == "replay+deps",
+            )
 
     @precondition(lambda self: bool(self._ids(lambda j: j.status == "running")))
     @rule(data=st.data())
@@ -588,14 +697,21 @@ class LeaseqMachine(RuleBasedStateMachine):
         self._cancel(data.draw(st.sampled_from(self._ids(lambda j: j.status == "running"))))
 
     @precondition(lambda self: bool(self._ids(lambda j: j.status in ("dead", "cancelled"))))
-    @rule(data=st.data(), action=st.sampled_from(["replay", "replay+cancelled", "skip"]))
+    @rule(
+        data=st.data(),
+        action=st.sampled_from(["replay", "replay+cancelled", "replay+deps", "skip"]),
+    )
     def operate_on_finished_job(self, data: st.DataObject, action: str) -> None:
         """Replay or skip a dead or cancelled job (refused when it does not apply)."""
         job_id = data.draw(st.sampled_from(self._ids(lambda j: j.status in ("dead", "cancelled"))))
         if action == "skip":
             self._skip(job_id)
         else:
-            self._replay(job_id, allow_cancelled=action == "replay+cancelled")
+            self._replay(
+                job_id,
+                allow_cancelled=action == "replay+cancelled",
+                with_dependents=action == "replay+deps",
+            )
 
     @rule(error_code=st.sampled_from([None, "E_PERMANENT", "E_UNKNOWN", "LEASE_EXPIRED"]))
     def purge(self, error_code: str | None) -> None:
@@ -706,7 +822,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             "SELECT id, status::text, lease_owner, lease_expires_at IS NOT NULL, "
             "lease_expires_at > now(), lease_token, attempt_count, max_attempts, "
             "unknown_failures, cancel_requested_at IS NOT NULL, finished_at IS NOT NULL, "
-            "last_error_code, last_error_class, ordering_key, key_skipped "
+            "last_error_code, last_error_class, ordering_key, key_skipped, waiting "
             "FROM {s}.jobs ORDER BY id"
         )
         # 3. Count in = count out: every job enqueued is still there unless retention
@@ -728,6 +844,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             error_class,
             key,
             key_skipped,
+            waiting,
         ) in rows:
             job = self.model[job_id]
             where = f"job {job_id}"
@@ -757,6 +874,15 @@ class LeaseqMachine(RuleBasedStateMachine):
             assert finished == (status in TERMINAL), f"{where}: {status} finished={finished}"
             assert (error_code, error_class) == (job.last_error_code, job.last_error_class), where
             assert (key, key_skipped) == (job.key, job.key_skipped), where
+            assert waiting == job.waiting, f"{where}: waiting {waiting}, expected {job.waiting}"
+
+    @invariant()
+    def no_job_waits_for_nothing(self) -> None:
+        """A job stored waiting has an unfinished dependency and no failed "cancel" one:
+        the commit that ended its last dependency promoted it (no later step needed)."""
+        for (job_id,) in self._query("SELECT id FROM {s}.jobs WHERE waiting"):
+            state = self._dep_state(self.model[job_id])
+            assert state == "wait", f"job {job_id} waits, but its dependencies say {state}"
 
     @invariant()
     def unique_keys_hold(self) -> None:

@@ -42,6 +42,7 @@ def _claim_row(job_id: int, **changes: Any) -> tuple[Any, ...]:
         "ordering_key": None,
         "unique_key": None,
         "limited": False,
+        "has_dependents": False,
         "clock": CLOCK,
         "created_age": 2.0,
         "available_age": 1.0,

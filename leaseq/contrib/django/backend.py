@@ -3,8 +3,9 @@
 ``enqueue`` runs on Django's own connection of the backend's database, so inside
 ``atomic()`` the job commits or rolls back with the block. ``get_result`` reads the job's
 state: READY (pending, also between retries), RUNNING, SUCCESSFUL, FAILED (dead or
-cancelled, with the last error). Return values are not stored (leaseq keeps no results
-yet), so a SUCCESSFUL result's ``return_value`` is None.
+cancelled, with the last error). Return values are stored by the job's fenced completion
+(the dispatch task has store_result=True; docs/results.md), so a SUCCESSFUL result's
+``return_value`` is the task's return value while it is kept (result_ttl, 7 days).
 
     TASKS = {"default": {"BACKEND": "leaseq.contrib.django.LeaseqBackend",
                          "QUEUES": ["default"], "OPTIONS": {"DATABASE": "default"}}}
@@ -92,7 +93,7 @@ class LeaseqBackend(_tasks.BaseTaskBackend):
                     traceback=job.last_error_detail or "",
                 )
             )
-        return _tasks.TaskResult(
+        result = _tasks.TaskResult(
             task=task,
             id=str(job.job_id),
             status=_tasks.TaskResultStatus[_STATUS[str(job.status)]],
@@ -107,3 +108,9 @@ class LeaseqBackend(_tasks.BaseTaskBackend):
             # The worker, not the claim: lease_owner is "<worker id>/<claim>" (leaseq.owners).
             worker_ids=[worker_of(job.lease_owner)] if job.lease_owner else [],
         )
+        if job.status == "succeeded":
+            stored = leaseq_app().client.job_result(job.job_id)
+            if stored is not None and stored.stored:
+                # TaskResult is frozen and takes no return value: set as Django's own does.
+                object.__setattr__(result, "_return_value", stored.value)
+        return result

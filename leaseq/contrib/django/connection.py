@@ -60,5 +60,5 @@ def leaseq_app() -> App:
     ``django.tasks`` task named in the job's payload."""
     opts = options()
     app = App(opts["DSN"] or dsn_for(opts["DATABASE"]), schema=opts["SCHEMA"])
-    app.task(name=DISPATCH_TASK)(run_django_task)
+    app.task(name=DISPATCH_TASK, store_result=True)(run_django_task)
     return app

@@ -67,3 +67,10 @@ def ticker_sync(ctx: leaseq.JobContext, payload: Any) -> None:
         _tick(ctx, payload)
         ctx.progress()  # raises once the worker gave up on this attempt
         time.sleep(0.02)
+
+
+@app.task(name="batch_callback")
+def batch_callback(ctx: leaseq.JobContext, payload: Any) -> None:
+    """A batch callback: one line per run (kind and counts) in the marker its payload names."""
+    with pathlib.Path(payload["payload"]["marker"]).open("a") as f:
+        f.write(f"{payload['kind']} {payload['succeeded']}/{payload['total']}\n")
