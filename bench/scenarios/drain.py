@@ -39,6 +39,9 @@ def drain_raw(settings: Settings) -> dict[str, Sample]:
         params = claim_params(f"bench-raw:{os.getpid()}", settings.batch)
         done = 0
         with connect(settings.dsn) as conn:
+            # The best this loop can do, as the worker does it: generic plans only (under
+            # the default the claim is re-planned at every execution).
+            conn.execute("SET plan_cache_mode = force_generic_plan")
             started = time.perf_counter()
             while n := claim_and_complete(conn, claim, complete, params)[0]:
                 done += n

@@ -67,6 +67,7 @@ class Worker:
             # claims, completions, renewals, sweeps; plus the extra claims in flight
             pool_size=3 + self.config.claims_in_flight,
             application_name="leaseq-worker",
+            generic_plans=True,
         )
         self.stats = WorkerStats()
         self.outage = Outage(heal=self.client.check_connections)

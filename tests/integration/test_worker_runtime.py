@@ -209,3 +209,22 @@ async def test_per_queue_lease_settings(dsn: str, schema: str, client: leaseq.Cl
     queues = (leaseq.QueueSettings.parse("slow:lease=120,batch=5"), "fast")
     await asyncio.wait_for(leaseq.Worker(app, _config(queues=queues, lease_seconds=7)).run(), 30)
     assert seen == {"slow": 120.0, "fast": 7.0}
+
+
+async def test_worker_connections_run_generic_plans(dsn: str, schema: str) -> None:
+    """The worker's own pool runs prepared statements on their generic plan: under the
+    default, PostgreSQL re-planned the claim at every execution (about 15% of a drain).
+    A plain client keeps the server's default."""
+    app = leaseq.App(dsn, schema=schema)
+    worker = leaseq.Worker(app)
+    plain = leaseq.AsyncClient(dsn, schema=schema)
+    try:
+        async with worker.client.connection() as conn:
+            row = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
+            assert row == ("force_generic_plan",)
+        async with plain.connection() as conn:
+            row = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
+            assert row == ("auto",)
+    finally:
+        await worker.client.close()
+        await plain.close()
