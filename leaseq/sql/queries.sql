@@ -444,6 +444,31 @@ j.id = ANY(%(ids)s::bigint[])
       = (SELECT %(tokens)s::bigint[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))]
   AND j.lease_expires_at > now()
 
+-- name: _failure_input
+-- The failures of a batch as Python decided them (fail_jobs, fail_keyed_jobs), one row each.
+SELECT *
+  FROM unnest(
+    %(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
+    %(to_statuses)s::text[], %(delays)s::float8[], %(codes)s::text[], %(details)s::text[],
+    %(classes)s::text[], %(reasons)s::text[]
+  ) AS d(id, owner, token, to_status, delay, code, detail, class, reason)
+
+-- name: _failure_applied
+-- (Before _attempt_ended, which it uses: fragments are expanded in file order.)
+-- A failure applied under the whole fence of its lease (owner, token, unexpired).
+UPDATE {schema}.jobs AS j
+  SET {_attempt_ended},
+      last_error_code = d.code,
+      last_error_detail = d.detail,
+      last_error_class = d.class,
+      unknown_failures = j.unknown_failures + (d.class = 'unknown')::int
+  FROM d
+  WHERE j.id = d.id
+    AND j.status = 'running'
+    AND j.lease_owner = d.owner
+    AND j.lease_token = d.token
+    AND j.lease_expires_at > now()
+
 -- name: _attempt_ended
 -- The SET block shared by fail_jobs and expire_leases (alias j, decisions d): the next
 -- state Python decided (d.to_status, d.delay), except that a pending cancel request turns a
@@ -510,25 +535,9 @@ SELECT id FROM upd;
 -- or dead); a pending cancel request overrides a retry, since nobody wants it run again.
 -- The event row is written by the same statement, so the trail cannot miss a transition.
 WITH d AS (
-  SELECT *
-  FROM unnest(
-    %(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
-    %(to_statuses)s::text[], %(delays)s::float8[], %(codes)s::text[], %(details)s::text[],
-    %(classes)s::text[], %(reasons)s::text[]
-  ) AS d(id, owner, token, to_status, delay, code, detail, class, reason)
+  {_failure_input}
 ), upd AS (
-  UPDATE {schema}.jobs AS j
-  SET {_attempt_ended},
-      last_error_code = d.code,
-      last_error_detail = d.detail,
-      last_error_class = d.class,
-      unknown_failures = j.unknown_failures + (d.class = 'unknown')::int
-  FROM d
-  WHERE j.id = d.id
-    AND j.status = 'running'
-    AND j.lease_owner = d.owner
-    AND j.lease_token = d.token
-    AND j.lease_expires_at > now()
+  {_failure_applied}
     -- As in complete_jobs: a job with dependents takes fail_keyed_jobs.
     AND NOT j.has_dependents
   RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
@@ -553,12 +562,7 @@ RETURNING job_id, to_status::text;
 -- this one statement. Also used for rows the claim could not read (a rare path), and
 -- for leases claimed under limits: their slots are given back here (_slots_release).
 WITH d0 AS (
-  SELECT *
-  FROM unnest(
-    %(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
-    %(to_statuses)s::text[], %(delays)s::float8[], %(codes)s::text[], %(details)s::text[],
-    %(classes)s::text[], %(reasons)s::text[]
-  ) AS d(id, owner, token, to_status, delay, code, detail, class, reason)
+  {_failure_input}
 ), {_unique_superseded}, d AS (
   SELECT d0.id, d0.owner, d0.token, d0.delay, d0.detail, d0.class,
          CASE WHEN s.superseded AND d0.to_status = 'pending' THEN 'cancelled'
@@ -571,18 +575,7 @@ WITH d0 AS (
               ELSE d0.reason END AS reason
   FROM d0 LEFT JOIN sup AS s ON s.id = d0.id
 ), upd AS (
-  UPDATE {schema}.jobs AS j
-  SET {_attempt_ended},
-      last_error_code = d.code,
-      last_error_detail = d.detail,
-      last_error_class = d.class,
-      unknown_failures = j.unknown_failures + (d.class = 'unknown')::int
-  FROM d
-  WHERE j.id = d.id
-    AND j.status = 'running'
-    AND j.lease_owner = d.owner
-    AND j.lease_token = d.token
-    AND j.lease_expires_at > now()
+  {_failure_applied}
   RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
             d.class, d.reason, j.cancel_requested_at IS NOT NULL AS cancel_asked,
             j.unique_key, j.unique_for, j.unique_states
