@@ -26,6 +26,11 @@ class TraceOps(ClientBase):
 
     def record_attempt_trace(self, lease: Lease, carrier: Carrier) -> None:
         """Remember a failed attempt's span for the next attempt to link to (fenced by
-        the lease's token: a later attempt's record is never overwritten)."""
-        params = {"id": lease.job_id, "token": lease.token, "carrier": json.dumps(carrier)}
+        the lease's owner and token: a later attempt's record is never overwritten)."""
+        params = {
+            "id": lease.job_id,
+            "owner": lease.owner,
+            "token": lease.token,
+            "carrier": json.dumps(carrier),
+        }
         self._rows("record_attempt_trace", params)

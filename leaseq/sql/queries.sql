@@ -1405,10 +1405,12 @@ SELECT trace_context FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: record_attempt_trace
 -- Tracing hooks only: the failed attempt's span, which the next attempt's span links to.
+-- Fenced like every write of an attempt (owner and token): after a failover lost a claim,
+-- the token alone can repeat for another lease (docs/ha.md).
 UPDATE {schema}.jobs
 SET trace_context = coalesce(trace_context, '{}'::jsonb)
     || jsonb_build_object('attempt', %(carrier)s::jsonb)
-WHERE id = %(id)s AND lease_token = %(token)s;
+WHERE id = %(id)s AND lease_owner = %(owner)s AND lease_token = %(token)s;
 
 -- ---------------------------------------------------------------------------------------
 -- The web dashboard (leaseq.ops.web_async, leaseq.web). Every statement below runs in a

@@ -5,6 +5,7 @@ per-job create spans; without tracing hooks nothing is stored."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -112,3 +113,18 @@ def test_enqueue_many_makes_a_create_span_per_job_and_stores_each_context(
 def test_without_tracing_hooks_no_context_is_stored(leaseq_client: leaseq.Client) -> None:
     job_id = leaseq_client.enqueue("plain", {})
     assert leaseq_client.trace_context(job_id) is None
+
+
+def test_a_failed_attempts_trace_is_fenced_by_owner_not_token_alone(
+    leaseq_client: leaseq.Client,
+) -> None:
+    """Boundary: a token that repeats for another lease (a claim lost in a failover, the
+    next claim raising the token to the same value). The stale attempt's span must not be
+    stored as the job's failed attempt."""
+    job_id = leaseq_client.enqueue("plain", {})
+    (lease,) = leaseq_client.claim("default", worker="w1", limit=1, lease_seconds=30)
+    stale = dataclasses.replace(lease, owner="other-worker/0.1")
+    leaseq_client.record_attempt_trace(stale, {"traceparent": "stale"})
+    assert leaseq_client.trace_context(job_id) is None
+    leaseq_client.record_attempt_trace(lease, {"traceparent": "own"})
+    assert leaseq_client.trace_context(job_id) == {"attempt": {"traceparent": "own"}}
