@@ -43,6 +43,7 @@ from leaseq.models import (
     SweepResult,
 )
 from leaseq.pauses import AdminEvent, Pause
+from leaseq.replicas import ReplicaLag
 from leaseq.retry import RetryPolicy
 from leaseq.schedules import Schedule, ScheduleTick
 from leaseq.states import JobStatus
@@ -109,6 +110,7 @@ __all__ = [
     "Ref",
     "ReplayRefused",
     "ReplayResult",
+    "ReplicaLag",
     "ResultTimeout",
     "Retry",
     "RetryPolicy",

@@ -132,10 +132,12 @@ def enqueue(
 @pass_settings
 def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> None:
     """Per-queue counts and the age of the oldest claimable job; paused queues marked;
-    then the limits, with their slots in use and jobs waiting."""
+    then the limits, with their slots in use and jobs waiting. With --read-dsn, read on
+    the replica, and its lag behind the primary is the last line."""
+    reader = settings.reader
     while True:
-        stats = settings.client.queue_stats(throughput=True)
-        pauses = settings.client.pauses()
+        stats = reader.queue_stats(throughput=True)
+        pauses = reader.pauses()
         if as_json:
             paused = {p.value for p in pauses if p.scope == "queue"}
             emit_json([{**s.as_dict(), "paused": s.queue in paused} for s in stats])
@@ -143,8 +145,10 @@ def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> N
             if watch:
                 click.clear()
             click.echo(render_status(stats, pauses))
-            if found := settings.client.limits():
+            if found := reader.limits():
                 click.echo("\n" + render_limits(found))
+            if (lag := reader.read_replica_lag()) is not None:
+                click.echo("\n" + lag.describe())
         if not watch:
             return
         time.sleep(interval)
@@ -172,13 +176,14 @@ def _job_lines(job: Job) -> list[str]:
 @pass_settings
 def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
     """A job's row and its full history of transitions."""
-    job = settings.client.get_job(job_id)
+    reader = settings.reader
+    job = reader.get_job(job_id)
     if job is None:
         raise Failed(f"no job with id {job_id}")
-    events = settings.client.job_events(job_id)
-    effects = settings.client.job_effects(job_id)
-    holder = settings.client.unique_key_holder(job_id)
-    flow = workflow_fields(settings.client, job_id)
+    events = reader.job_events(job_id)
+    effects = reader.job_effects(job_id)
+    holder = reader.unique_key_holder(job_id)
+    flow = workflow_fields(reader, job_id)
     if as_json:
         emit_json(
             {
@@ -264,7 +269,7 @@ def job_filters(func: Any) -> Any:
 @pass_settings
 def dead_list(settings: Settings, /, limit: int, as_json: bool, **filters: Any) -> None:
     """List dead jobs, newest first."""
-    found = settings.client.list_jobs("dead", limit=limit, **filters)
+    found = settings.reader.list_jobs("dead", limit=limit, **filters)
     if as_json:
         emit_json([j.as_dict() for j in found])
         return
@@ -285,7 +290,7 @@ def dead_list(settings: Settings, /, limit: int, as_json: bool, **filters: Any) 
         for j in found
     ]
     click.echo(table(["id", "queue", "task", "error", "class", "attempts", "dead for"], rows))
-    total = settings.client.count_jobs("dead", **filters)
+    total = settings.reader.count_jobs("dead", **filters)
     if total > len(found):
         click.echo(f"({len(found)} of {total} shown; use --limit)")
 
@@ -439,7 +444,7 @@ def keys() -> None:
 @pass_settings
 def keys_blocked(settings: Settings, limit: int, as_json: bool) -> None:
     """Keys whose head job is dead (policy block): later jobs of the key wait for it."""
-    found = settings.client.blocked_keys(limit=limit)
+    found = settings.reader.blocked_keys(limit=limit)
     if as_json:
         emit_json([k.as_dict() for k in found])
         return
@@ -504,7 +509,7 @@ def metrics_serve(settings: Settings, port: int, host: str) -> None:
     Each scrape runs a few indexed queries (see the queue_stats view); safe every 15 s."""
     # This process is leaseq's own: the *_created series would only double the scrape.
     disable_created_metrics()  # type: ignore[no-untyped-call]
-    client = settings.client
+    client = settings.reader
     client.check_schema()
 
     def ready() -> bool:
@@ -521,6 +526,7 @@ def metrics_serve(settings: Settings, port: int, host: str) -> None:
                 **client.database_health(),
                 "pauses": client.pauses(),
                 "limits": client.limits(),
+                "replica_lag": client.read_replica_lag(),
             },
         )
     )

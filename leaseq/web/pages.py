@@ -49,7 +49,9 @@ class Pages:
             }
             for s in stats
         ]
-        return {"rows": rows, "pauses": pauses}
+        # With a read replica (read_dsn): how stale these counts may be.
+        lag = await self.web.client.read_replica_lag()
+        return {"rows": rows, "pauses": pauses, "replica_lag": lag}
 
     async def overview(self, request: Request) -> Response:
         return self.web.render(request, "overview.html", await self._overview_context())
