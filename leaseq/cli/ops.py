@@ -506,7 +506,9 @@ def metrics_list(as_json: bool) -> None:
 def metrics_serve(settings: Settings, port: int, host: str) -> None:
     """Serve the database-derived metrics (ages, counts, dead jobs) until interrupted.
 
-    Each scrape runs a few indexed queries (see the queue_stats view); safe every 15 s."""
+    Each scrape runs a few indexed queries (see the queue_stats view); safe every 15 s.
+    With --read-dsn they run on the replica (lock waits and connections still come from
+    the primary), and leaseq_read_replica_lag_seconds says how stale they may be."""
     # This process is leaseq's own: the *_created series would only double the scrape.
     disable_created_metrics()  # type: ignore[no-untyped-call]
     client = settings.reader
