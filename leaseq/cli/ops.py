@@ -513,6 +513,7 @@ def metrics_serve(settings: Settings, port: int, host: str) -> None:
     disable_created_metrics()  # type: ignore[no-untyped-call]
     client = settings.reader
     client.check_schema()
+    client.read_replica_lag()  # an unreachable --read-dsn fails here, in one line
 
     def ready() -> bool:
         try:

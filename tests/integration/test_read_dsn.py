@@ -246,13 +246,14 @@ def test_cli_with_an_unreachable_read_dsn_says_so_in_one_line(
     dsn: str, schema: str, client: leaseq.Client
 ) -> None:
     closed = f"host=127.0.0.1 port={free_port()} dbname=leaseq user=leaseq connect_timeout=2"
-    argv = ["--dsn", dsn, "--schema", schema, "--read-dsn", closed, "status"]
-    done = subprocess.run(
-        [sys.executable, "-m", "leaseq", *argv], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 1
-    (line,) = done.stderr.strip().splitlines()
-    assert line.startswith("leaseq: error: cannot connect to the read replica at "), line
+    for command in (["status"], ["metrics", "serve", "--port", "0"], ["dead", "list"]):
+        argv = ["--dsn", dsn, "--schema", schema, "--read-dsn", closed, *command]
+        done = subprocess.run(
+            [sys.executable, "-m", "leaseq", *argv], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 1, (command, done.stderr)
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("leaseq: error: cannot connect to the read replica at "), line
 
 
 def test_the_dashboard_reads_on_the_replica_shows_its_lag_and_acts_on_the_primary(
