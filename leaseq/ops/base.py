@@ -351,7 +351,7 @@ class ClientBase:
         return self._reads.rows(name, params, tolerant=tolerant)
 
     def _read_together(self, reads: Reads, *, tolerant: bool = False) -> list[list[Row]]:
-        """Inspection reads in one transaction (one snapshot), on the replica if any."""
+        """Inspection reads in one transaction, on the replica if there is one."""
         if self._reads is not None:
             return self._reads.rows_together(reads, tolerant=tolerant)
         with self._transaction() as conn:

@@ -40,9 +40,10 @@ def run_statement(
 
 
 def _configure_read_only(conn: Connection[Any]) -> None:
-    """Every session of the read pool: jsonb read as the primary pool does, and read-only."""
+    """Every connection of the read pool: jsonb read as the primary pool does, and every
+    transaction it opens read-only (psycopg sends ``BEGIN READ ONLY``)."""
     configure_json(conn)
-    conn.execute("SET default_transaction_read_only = on")
+    conn.set_read_only(True)
 
 
 def unreachable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
@@ -94,7 +95,9 @@ class ReadPool:
                     min_size=1,
                     max_size=self._pool_size,
                     kwargs={
-                        "autocommit": True,
+                        # Not autocommit: each use of a connection is one read-only
+                        # transaction, ended (committed) when it goes back to the pool.
+                        "autocommit": False,
                         "application_name": self._application_name,
                         "prepare_threshold": 5 if self._prepare else None,
                     },
@@ -109,15 +112,16 @@ class ReadPool:
     def rows(
         self, name: str, params: Mapping[str, Any] | None = None, *, tolerant: bool = False
     ) -> list[Row]:
-        """One named read, in a transaction of its own."""
+        """One named read, in a read-only transaction of its own."""
         pool = self._get_pool()
         with pool.connection() as conn:
             return run_statement(conn, self._queries[name], params, tolerant)
 
     def rows_together(self, reads: Reads, *, tolerant: bool = False) -> list[list[Row]]:
-        """Named reads in one (read-only) transaction, so they see one snapshot."""
+        """Named reads in one read-only transaction (so a ``SET LOCAL``-like first read,
+        e.g. the dashboard's statement timeout, holds for the others)."""
         pool = self._get_pool()
-        with pool.connection() as conn, conn.transaction():
+        with pool.connection() as conn:
             return [
                 run_statement(conn, self._queries[name], params, tolerant) for name, params in reads
             ]

@@ -6,8 +6,10 @@ limits, schedules, waiting jobs, batches, the dashboard's pages); every write, a
 read that must see the caller's own writes (result waits, the ``attempts_ended`` re-read,
 migrations, schema checks, the worker's reads), runs on the primary pool. Writes cannot
 reach the replica by mistake: this object hands out no connection and runs only named
-statements, and each of its sessions is read-only (``default_transaction_read_only``), so a
-write sent here fails with SQLSTATE 25006 even when ``read_dsn`` names a primary.
+statements, and each of its transactions is read-only (``BEGIN READ ONLY``, per
+transaction, so nothing leaks into a server connection PgBouncer shares in transaction
+pooling), so a write sent here fails with SQLSTATE 25006 even when ``read_dsn`` names a
+primary.
 
 An unreachable read DSN fails the read (:class:`~leaseq.errors.DatabaseUnavailable`,
 naming the read replica); it never falls back to the primary, whose load the replica is
@@ -49,9 +51,10 @@ async def run_statement(
 
 
 async def _configure_read_only(conn: AsyncConnection[Any]) -> None:
-    """Every session of the read pool: jsonb read as the primary pool does, and read-only."""
+    """Every connection of the read pool: jsonb read as the primary pool does, and every
+    transaction it opens read-only (psycopg sends ``BEGIN READ ONLY``)."""
     configure_json(conn)
-    await conn.execute("SET default_transaction_read_only = on")
+    await conn.set_read_only(True)
 
 
 def unreachable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
@@ -103,7 +106,9 @@ class AsyncReadPool:
                     min_size=1,
                     max_size=self._pool_size,
                     kwargs={
-                        "autocommit": True,
+                        # Not autocommit: each use of a connection is one read-only
+                        # transaction, ended (committed) when it goes back to the pool.
+                        "autocommit": False,
                         "application_name": self._application_name,
                         "prepare_threshold": 5 if self._prepare else None,
                     },
@@ -118,15 +123,16 @@ class AsyncReadPool:
     async def rows(
         self, name: str, params: Mapping[str, Any] | None = None, *, tolerant: bool = False
     ) -> list[Row]:
-        """One named read, in a transaction of its own."""
+        """One named read, in a read-only transaction of its own."""
         pool = await self._get_pool()
         async with pool.connection() as conn:
             return await run_statement(conn, self._queries[name], params, tolerant)
 
     async def rows_together(self, reads: Reads, *, tolerant: bool = False) -> list[list[Row]]:
-        """Named reads in one (read-only) transaction, so they see one snapshot."""
+        """Named reads in one read-only transaction (so a ``SET LOCAL``-like first read,
+        e.g. the dashboard's statement timeout, holds for the others)."""
         pool = await self._get_pool()
-        async with pool.connection() as conn, conn.transaction():
+        async with pool.connection() as conn:
             return [
                 await run_statement(conn, self._queries[name], params, tolerant)
                 for name, params in reads
