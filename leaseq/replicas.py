@@ -50,3 +50,11 @@ def lag_from_row(row: tuple[Any, ...]) -> ReplicaLag:
     if behind == 0:
         return ReplicaLag(True, 0, 0.0)
     return ReplicaLag(True, behind, None if age is None else max(float(age), 0.0))
+
+
+def unknown_lag_line(exc: BaseException) -> str:
+    """The lag line when it could not be read (the primary, or the replica, did not answer):
+    the replica's pages and counts are still shown, this says how much to trust them."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return f"read replica: lag unknown ({first})"

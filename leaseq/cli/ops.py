@@ -19,11 +19,13 @@ from leaseq.cli.render import age, emit_json, render_status, table
 from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
 from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
 from leaseq.cli.workflows import workflow_fields, workflow_lines
+from leaseq.client import Client
 from leaseq.dev.embedded import EmbeddedServer, default_data_dir
 from leaseq.errors import ConfigError, LeaseqError
 from leaseq.metrics import METRICS, database_registry
 from leaseq.models import Job
 from leaseq.observe import ObservabilityServer
+from leaseq.replicas import unknown_lag_line
 
 
 @click.command()
@@ -147,11 +149,21 @@ def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> N
             click.echo(render_status(stats, pauses))
             if found := reader.limits():
                 click.echo("\n" + render_limits(found))
-            if (lag := reader.read_replica_lag()) is not None:
-                click.echo("\n" + lag.describe())
+            if settings.read_dsn is not None:
+                click.echo("\n" + _replica_line(reader))
         if not watch:
             return
         time.sleep(interval)
+
+
+def _replica_line(reader: Client) -> str:
+    """The read replica's lag; unknown (not an error) while the primary does not answer:
+    the counts above came from the replica and still stand."""
+    try:
+        lag = reader.read_replica_lag()
+    except (psycopg.Error, LeaseqError) as exc:
+        return unknown_lag_line(exc)
+    return lag.describe() if lag is not None else ""
 
 
 @click.group()

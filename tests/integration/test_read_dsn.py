@@ -287,3 +287,32 @@ def test_the_dashboard_reads_on_the_replica_shows_its_lag_and_acts_on_the_primar
         assert done.status_code == 200, done.text
     with leaseq.Client(pair.primary_dsn) as primary:
         assert (j := primary.get_job(job)) is not None and j.status == "cancelled"
+
+
+def test_with_the_primary_down_status_and_the_dashboard_still_read_the_replica(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """The replica is what operators look at during an incident: the counts still come,
+    and the lag says it is unknown instead of failing the page."""
+    client.enqueue("t", queue="still-shown")
+    down = f"host=127.0.0.1 port={free_port()} dbname=leaseq user=leaseq connect_timeout=2"
+    result = CliRunner().invoke(
+        cli, ["--dsn", down, "--read-dsn", dsn, "--schema", schema, "status"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "still-shown" in result.output
+    last = result.output.rstrip().splitlines()[-1]
+    assert last.startswith("read replica: lag unknown (cannot connect to PostgreSQL at "), last
+    pytest.importorskip("starlette")
+    pytest.importorskip("httpx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    from leaseq.web import create_app
+
+    reads = leaseq.AsyncClient(down, schema=schema, read_dsn=dsn)
+    with TestClient(create_app(reads, close_client=True)) as web:
+        page = web.get("/")
+        assert page.status_code == 200
+        assert "still-shown" in page.text and "read replica: lag unknown" in page.text
