@@ -44,7 +44,10 @@ class QueueMap:
             queue, sep, dsn = spec.partition("=")
             queue = queue.strip()
             if not sep or not queue or not dsn.strip():
-                raise ConfigError(f"expected QUEUE=DSN, got {spec.split('=', 1)[0]!r}...")
+                # Only the queue part is echoed: the DSN may hold a password.
+                raise ConfigError(
+                    f"expected QUEUE=DSN (e.g. emails=postgresql://...), got {queue!r}"
+                )
             if queue in routes:
                 raise ConfigError(f"queue {queue!r} is mapped to a database twice")
             routes[queue] = dsn
