@@ -149,22 +149,37 @@ def test_cli_write_commands_work_with_read_dsn_on_a_standby_and_status_shows_the
 ) -> None:
     base = ["--dsn", pair.primary_dsn, "--read-dsn", pair.standby_dsn]
     job = int(_run(*base, "enqueue", "t", "--queue", "cliq").output)
+    dead = []
+    for i in range(3):  # dead heads of ordering keys: for keys skip, replay and purge
+        both.enqueue("t", queue="cliq-dead", ordering_key=f"k{i}")
+        (lease,) = both.claim("cliq-dead", worker="w")
+        assert both.fail(lease, "BOOM", retryable=False)
+        dead.append(lease.job_id)
+    pair.cut()  # a write command that read its own writes on the replica would now fail
     for args in (
         ["pause", "cliq", "--reason", "r"],
         ["resume", "cliq"],
         ["limits", "set", "queue:cliq", "--concurrency", "3"],
         ["limits", "remove", "queue:cliq"],
         ["schedules", "add", "cli-s", "--task", "t", "--every", "1h", "--reason", "r"],
+        ["schedules", "change", "cli-s", "--every", "2h", "--reason", "r"],
         ["schedules", "disable", "cli-s", "--reason", "r"],
+        ["schedules", "enable", "cli-s", "--reason", "r"],
+        ["schedules", "run", "cli-s", "--reason", "r"],
         ["schedules", "remove", "cli-s", "--reason", "r"],
         ["cancel", str(job), "--reason", "r"],
         ["replay", str(job), "--reason", "r", "--allow-cancelled"],
+        ["keys", "skip", str(dead[0]), "--reason", "r"],
+        ["replay", str(dead[1]), "--reason", "r"],
+        ["replay", "--queue", "cliq-dead", "--reason", "r"],
+        ["dead", "purge", "--queue", "cliq-dead", "--reason", "r"],
         ["sweep"],
         ["prune", "--older-than", "1h"],
         ["migrate"],
     ):
         result = _run(*base, *args)
         assert result.exit_code == 0, (args, result.output)
+    pair.heal()
     pair.wait_caught_up()
     shown = _run(*base, "jobs", "show", str(job))
     assert shown.exit_code == 0 and "pending" in shown.output
