@@ -18,7 +18,8 @@ import signal
 from collections.abc import Awaitable, Callable
 
 from leaseq.app import App
-from leaseq.errors import ConfigError
+from leaseq.dsn import describe_dsn
+from leaseq.errors import ConfigError, LeaseqError
 from leaseq.routing import QueueMap
 from leaseq.worker.config import WorkerConfig
 from leaseq.worker.inflight import WorkerStats
@@ -77,6 +78,27 @@ def _combined(all_stats: list[WorkerStats]) -> WorkerStats:
     return total
 
 
+async def _named(worker: Worker, exc: LeaseqError) -> LeaseqError:
+    """``exc`` with the worker's database in its message (as it is if it cannot be)."""
+    where = describe_dsn(await worker.client.dsn())
+    try:
+        return type(exc)(f"{exc} (database {where})")
+    except TypeError:  # an error class with arguments of its own
+        return exc
+
+
+async def _preflight(workers: list[Worker]) -> None:
+    """Every database answers and its schema fits, before any worker starts: a failed start
+    stays one line, naming the database, with nothing claimed anywhere."""
+    for worker in workers:
+        try:
+            await worker.client.check_schema()
+        except LeaseqError as exc:
+            for each in workers:
+                await each.client.close()
+            raise await _named(worker, exc) from None
+
+
 def run_workers(
     app: App,
     config: WorkerConfig,
@@ -104,6 +126,8 @@ def run_workers(
         try:
             if on_ready is not None:
                 await on_ready(workers)
+            if len(workers) > 1:
+                await _preflight(workers)
             runs = [asyncio.create_task(worker.run()) for worker in workers]
             try:
                 done = await asyncio.gather(*runs)

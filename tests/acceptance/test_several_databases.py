@@ -23,6 +23,7 @@ import pytest
 
 import leaseq
 from leaseq.dev.embedded import EmbeddedServer
+from leaseq.dsn import describe_dsn
 from leaseq.errors import ConfigError
 from tests.support.helpers import rows
 from tests.support.ports import free_port
@@ -208,3 +209,23 @@ async def test_the_async_router_routes_and_refuses_the_same_way(
                 async with conn.transaction():
                     await routed.enqueue("hello", connection=conn)
     assert _count(dsn, schema) == 0 and _count(dsn_b, schema) == 1
+
+
+def test_a_worker_whose_second_database_is_not_migrated_names_it_in_one_line(
+    dsn: str, dsn_b: str, client: leaseq.Client
+) -> None:
+    schema = client.schema  # migrated on A only
+    env = {**os.environ, "LEASEQ_DSN": dsn, "PYTHONPATH": str(ROOT)}
+    app = "tests.support.apps.several:app"
+    argv = ["--schema", schema, "worker", app, "-q", "default", "-q", "emails"]
+    done = subprocess.run(
+        [sys.executable, "-m", "leaseq", *argv, "--queue-dsn", f"emails={dsn_b}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "is not set up in this database" in line and describe_dsn(dsn_b) in line, line
