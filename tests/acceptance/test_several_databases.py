@@ -229,3 +229,26 @@ def test_a_worker_whose_second_database_is_not_migrated_names_it_in_one_line(
     assert done.returncode == 1, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert "is not set up in this database" in line and describe_dsn(dsn_b) in line, line
+
+
+def test_supervised_processes_each_serve_both_databases_until_drained(
+    router: leaseq.RoutedClient, dsn: str, dsn_b: str, schema: str, tmp_path: pathlib.Path
+) -> None:
+    for _ in range(20):
+        router.enqueue("noop")
+        router.enqueue("mail", queue="emails")
+    args = ("-q", "default", "-q", "emails", "--queue-dsn", f"emails={dsn_b}")
+    with WorkerProcess(
+        dsn,
+        schema,
+        *args,
+        "--processes",
+        "2",
+        "--drain",
+        log_dir=tmp_path,
+        app="tests.support.apps.several:app",
+    ) as proc:
+        assert proc.wait(90) == 0, proc.output()
+    assert _count(dsn, schema, "status = 'succeeded'") == 20
+    assert _count(dsn_b, schema, "status = 'succeeded'") == 20
+    assert proc.output().count("worker serving") == 4  # 2 processes x 2 databases

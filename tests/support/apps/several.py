@@ -17,6 +17,11 @@ def mail(ctx: leaseq.JobContext, payload: Any) -> None:
     pass
 
 
+@app.task(name="noop")
+def noop(ctx: leaseq.JobContext, payload: Any) -> None:
+    pass
+
+
 @app.task(name="hello")
 def hello(ctx: leaseq.JobContext, payload: Any) -> None:
     mail.enqueue({"for": ctx.job_id})
