@@ -42,8 +42,12 @@ from leaseq.models import (
     QueueStats,
     SweepResult,
 )
+from leaseq.ops.routed import RoutedBatch, RoutedClient
+from leaseq.ops.routed_async import AsyncRoutedBatch, AsyncRoutedClient
 from leaseq.pauses import AdminEvent, Pause
+from leaseq.replicas import ReplicaLag
 from leaseq.retry import RetryPolicy
+from leaseq.routing import QueueMap, RoutedResult
 from leaseq.schedules import Schedule, ScheduleTick
 from leaseq.states import JobStatus
 from leaseq.unique import EnqueueResult, ReplayResult
@@ -69,6 +73,8 @@ __all__ = [
     "AdminEvent",
     "App",
     "AsyncClient",
+    "AsyncRoutedBatch",
+    "AsyncRoutedClient",
     "Chain",
     "Client",
     "ConfigError",
@@ -103,15 +109,20 @@ __all__ = [
     "Pause",
     "PayloadError",
     "Permanent",
+    "QueueMap",
     "QueueSettings",
     "QueueStats",
     "RateLimit",
     "Ref",
     "ReplayRefused",
     "ReplayResult",
+    "ReplicaLag",
     "ResultTimeout",
     "Retry",
     "RetryPolicy",
+    "RoutedBatch",
+    "RoutedClient",
+    "RoutedResult",
     "Schedule",
     "ScheduleTick",
     "SchemaError",

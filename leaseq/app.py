@@ -12,6 +12,8 @@ from leaseq.client import Client
 from leaseq.client_async import AsyncClient
 from leaseq.errors import ConfigError, PayloadError
 from leaseq.limits import RateLimit, limit_params, task_limit_key, task_limit_name
+from leaseq.ops.routed import RoutedClient
+from leaseq.ops.routed_async import AsyncRoutedClient
 from leaseq.redact import Redactor, default_redact
 from leaseq.retry import Classifier, ErrorRules, RetryPolicy
 from leaseq.schedule_math import DEFAULT_CATCH_UP_MAX, DEFAULT_GRACE
@@ -156,12 +158,14 @@ class Task:
         return merged
 
     def enqueue(self, payload: Any = None, **options: Any) -> EnqueueResult:
-        """Enqueue this task through the app's sync client; options as in ``Client.enqueue``."""
-        return self.app.client.enqueue(self.name, payload, **self._options(payload, options))
+        """Enqueue this task through the app's sync client; options as in ``Client.enqueue``.
+        With ``App(queues=...)``, on the database of the job's queue."""
+        client: Client | RoutedClient = self.app.router or self.app.client
+        return client.enqueue(self.name, payload, **self._options(payload, options))
 
     async def enqueue_async(self, payload: Any = None, **options: Any) -> EnqueueResult:
         """Enqueue through the app's async client; options as in ``AsyncClient.enqueue``."""
-        client = self.app.async_client
+        client: AsyncClient | AsyncRoutedClient = self.app.async_router or self.app.async_client
         return await client.enqueue(self.name, payload, **self._options(payload, options))
 
     def sig(self, payload: Any = None, **options: Any) -> Sig:
@@ -190,11 +194,16 @@ class App:
         redact: Redactor | None = default_redact,
         prepare: bool = True,
         tracing: Tracing | None = None,
+        queues: Mapping[str, str] | None = None,
     ) -> None:
         """``error_rules`` map exception types to a failure class (permanent, transient,
         unknown) for every task; a task's own ``errors=`` are consulted first. ``tracing``:
-        hooks around enqueues and attempts (``leaseq.tracing``; e.g. leaseq[otel])."""
+        hooks around enqueues and attempts (``leaseq.tracing``; e.g. leaseq[otel]).
+        ``queues``: queues on other databases than ``dsn`` (queue -> DSN): tasks enqueue
+        there, and ``leaseq worker`` serves each from its database (``leaseq.routing``)."""
         self.dsn = dsn
+        #: Queue -> DSN of the queues that live on another database than ``dsn``.
+        self.queue_dsns: dict[str, str] = dict(queues or {})
         self.schema = schema
         self.retry_policy = retry_policy
         Classifier.build(error_rules, None)  # check the rules now, not at the first failure
@@ -208,6 +217,8 @@ class App:
         self.schedules: dict[str, tuple[str, dict[str, Any]]] = {}
         self._client: Client | None = None
         self._async_client: AsyncClient | None = None
+        self._router: RoutedClient | None = None
+        self._async_router: AsyncRoutedClient | None = None
 
     def unique_conflicts(self) -> dict[str, int]:
         """Unique-key conflicts resolved by this app's clients so far, by outcome."""
@@ -239,6 +250,22 @@ class App:
         if self._async_client is None:
             self._async_client = AsyncClient(self.dsn, **self.client_options())
         return self._async_client
+
+    @property
+    def router(self) -> RoutedClient | None:
+        """With ``queues``: the client that enqueues on each queue's database (else None)."""
+        if self.queue_dsns and self._router is None:
+            queues = dict(self.queue_dsns)
+            self._router = RoutedClient(queues, default=self.dsn, **self.client_options())
+        return self._router
+
+    @property
+    def async_router(self) -> AsyncRoutedClient | None:
+        if self.queue_dsns and self._async_router is None:
+            queues = dict(self.queue_dsns)
+            options = self.client_options()
+            self._async_router = AsyncRoutedClient(queues, default=self.dsn, **options)
+        return self._async_router
 
     @overload
     def task(self, fn: Handler, /) -> Task: ...
@@ -352,3 +379,6 @@ class App:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._router is not None:
+            self._router.close()
+            self._router = None

@@ -41,4 +41,5 @@ class Client(
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 
     ``dsn`` falls back to ``LEASEQ_DSN`` and then to the embedded PostgreSQL.
+    ``read_dsn``: a read replica for the inspection reads (docs/scaling.md).
     """

@@ -317,6 +317,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "database",
         "How long computing these database metrics took.",
     ),
+    MetricSpec(
+        "leaseq_read_replica_lag_seconds",
+        "gauge",
+        (),
+        "database",
+        "With --read-dsn: how stale the read replica's answers may be (0 when it has "
+        "replayed all the primary flushed; NaN when unknown; absent without a replica).",
+    ),
 )
 
 SPECS = {spec.name: spec for spec in METRICS}
@@ -493,7 +501,8 @@ class WorkerMetrics:
 class DatabaseCollector(Collector):
     """Computes the database metrics on each scrape through ``fetch`` (a callable that runs
     the ``queue_stats`` and ``database_health`` statements; the pauses in force, when given,
-    as ``extra["pauses"]``, and the limits as ``extra["limits"]``)."""
+    as ``extra["pauses"]``, the limits as ``extra["limits"]``, the read replica's
+    :class:`~leaseq.replicas.ReplicaLag` as ``extra["replica_lag"]``)."""
 
     def __init__(self, fetch: Callable[[], tuple[list[QueueStats], dict[str, Any]]]) -> None:
         self._fetch = fetch
@@ -546,6 +555,10 @@ class DatabaseCollector(Collector):
         took = family("leaseq_metrics_query_seconds")
         took.add_metric([], elapsed)
         yield from (expired, locks, conns, took)
+        if (replica := extra.get("replica_lag")) is not None:
+            behind = family("leaseq_read_replica_lag_seconds")
+            behind.add_metric([], math.nan if replica.seconds is None else replica.seconds)
+            yield behind
 
 
 def _pause_families(

@@ -46,6 +46,15 @@ __all__ = ["cli", "main"]
     ),
 )
 @click.option(
+    "--read-dsn",
+    envvar="LEASEQ_READ_DSN",
+    show_envvar=True,
+    help=(
+        "A read replica (streaming standby) for status, metrics, the dashboard and the "
+        "inspection commands; writes always go to --dsn. Unreachable: those reads fail."
+    ),
+)
+@click.option(
     "--schema",
     envvar="LEASEQ_SCHEMA",
     show_envvar=True,

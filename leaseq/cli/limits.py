@@ -67,7 +67,7 @@ def limits_remove(settings: Settings, name: str, reason: str | None, actor: str)
 @pass_settings
 def limits_list(settings: Settings, as_json: bool) -> None:
     """Each limit: slots in use, jobs waiting on it, its rate bucket, who set it."""
-    found = settings.client.limits()
+    found = settings.reader.limits()
     if as_json:
         emit_json([x.as_dict() for x in found])
         return

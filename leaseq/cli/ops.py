@@ -19,11 +19,13 @@ from leaseq.cli.render import age, emit_json, render_status, table
 from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
 from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
 from leaseq.cli.workflows import workflow_fields, workflow_lines
+from leaseq.client import Client
 from leaseq.dev.embedded import EmbeddedServer, default_data_dir
 from leaseq.errors import ConfigError, LeaseqError
 from leaseq.metrics import METRICS, database_registry
 from leaseq.models import Job
 from leaseq.observe import ObservabilityServer
+from leaseq.replicas import unknown_lag_line
 
 
 @click.command()
@@ -132,10 +134,12 @@ def enqueue(
 @pass_settings
 def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> None:
     """Per-queue counts and the age of the oldest claimable job; paused queues marked;
-    then the limits, with their slots in use and jobs waiting."""
+    then the limits, with their slots in use and jobs waiting. With --read-dsn, read on
+    the replica, and its lag behind the primary is the last line."""
+    reader = settings.reader
     while True:
-        stats = settings.client.queue_stats(throughput=True)
-        pauses = settings.client.pauses()
+        stats = reader.queue_stats(throughput=True)
+        pauses = reader.pauses()
         if as_json:
             paused = {p.value for p in pauses if p.scope == "queue"}
             emit_json([{**s.as_dict(), "paused": s.queue in paused} for s in stats])
@@ -143,11 +147,23 @@ def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> N
             if watch:
                 click.clear()
             click.echo(render_status(stats, pauses))
-            if found := settings.client.limits():
+            if found := reader.limits():
                 click.echo("\n" + render_limits(found))
+            if settings.read_dsn is not None:
+                click.echo("\n" + _replica_line(reader))
         if not watch:
             return
         time.sleep(interval)
+
+
+def _replica_line(reader: Client) -> str:
+    """The read replica's lag; unknown (not an error) while the primary does not answer:
+    the counts above came from the replica and still stand."""
+    try:
+        lag = reader.read_replica_lag()
+    except (psycopg.Error, LeaseqError) as exc:
+        return unknown_lag_line(exc)
+    return lag.describe() if lag is not None else ""
 
 
 @click.group()
@@ -172,13 +188,14 @@ def _job_lines(job: Job) -> list[str]:
 @pass_settings
 def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
     """A job's row and its full history of transitions."""
-    job = settings.client.get_job(job_id)
+    reader = settings.reader
+    job = reader.get_job(job_id)
     if job is None:
         raise Failed(f"no job with id {job_id}")
-    events = settings.client.job_events(job_id)
-    effects = settings.client.job_effects(job_id)
-    holder = settings.client.unique_key_holder(job_id)
-    flow = workflow_fields(settings.client, job_id)
+    events = reader.job_events(job_id)
+    effects = reader.job_effects(job_id)
+    holder = reader.unique_key_holder(job_id)
+    flow = workflow_fields(reader, job_id)
     if as_json:
         emit_json(
             {
@@ -264,7 +281,7 @@ def job_filters(func: Any) -> Any:
 @pass_settings
 def dead_list(settings: Settings, /, limit: int, as_json: bool, **filters: Any) -> None:
     """List dead jobs, newest first."""
-    found = settings.client.list_jobs("dead", limit=limit, **filters)
+    found = settings.reader.list_jobs("dead", limit=limit, **filters)
     if as_json:
         emit_json([j.as_dict() for j in found])
         return
@@ -285,7 +302,7 @@ def dead_list(settings: Settings, /, limit: int, as_json: bool, **filters: Any) 
         for j in found
     ]
     click.echo(table(["id", "queue", "task", "error", "class", "attempts", "dead for"], rows))
-    total = settings.client.count_jobs("dead", **filters)
+    total = settings.reader.count_jobs("dead", **filters)
     if total > len(found):
         click.echo(f"({len(found)} of {total} shown; use --limit)")
 
@@ -439,7 +456,7 @@ def keys() -> None:
 @pass_settings
 def keys_blocked(settings: Settings, limit: int, as_json: bool) -> None:
     """Keys whose head job is dead (policy block): later jobs of the key wait for it."""
-    found = settings.client.blocked_keys(limit=limit)
+    found = settings.reader.blocked_keys(limit=limit)
     if as_json:
         emit_json([k.as_dict() for k in found])
         return
@@ -501,11 +518,14 @@ def metrics_list(as_json: bool) -> None:
 def metrics_serve(settings: Settings, port: int, host: str) -> None:
     """Serve the database-derived metrics (ages, counts, dead jobs) until interrupted.
 
-    Each scrape runs a few indexed queries (see the queue_stats view); safe every 15 s."""
+    Each scrape runs a few indexed queries (see the queue_stats view); safe every 15 s.
+    With --read-dsn they run on the replica (lock waits and connections still come from
+    the primary), and leaseq_read_replica_lag_seconds says how stale they may be."""
     # This process is leaseq's own: the *_created series would only double the scrape.
     disable_created_metrics()  # type: ignore[no-untyped-call]
-    client = settings.client
+    client = settings.reader
     client.check_schema()
+    client.read_replica_lag()  # an unreachable --read-dsn fails here, in one line
 
     def ready() -> bool:
         try:
@@ -521,6 +541,7 @@ def metrics_serve(settings: Settings, port: int, host: str) -> None:
                 **client.database_health(),
                 "pauses": client.pauses(),
                 "limits": client.limits(),
+                "replica_lag": client.read_replica_lag(),
             },
         )
     )

@@ -104,7 +104,7 @@ def resume(
 @pass_settings
 def pauses_list(settings: Settings, as_json: bool) -> None:
     """The pauses in force: what, since when, by whom and why."""
-    found = settings.client.pauses()
+    found = settings.reader.pauses()
     if as_json:
         emit_json([p.as_dict() for p in found])
         return

@@ -42,7 +42,7 @@ def _timing(s: Schedule) -> str:
 @pass_settings
 def schedules_list(settings: Settings, as_json: bool) -> None:
     """Schedules with their next and last tick, policies and last job."""
-    found = settings.client.schedules()
+    found = settings.reader.schedules()
     if as_json:
         emit_json([s.as_dict() for s in found])
         return
@@ -74,7 +74,7 @@ def schedules_list(settings: Settings, as_json: bool) -> None:
 @pass_settings
 def schedules_ticks(settings: Settings, name: str, limit: int, as_json: bool) -> None:
     """The most recent ticks of schedule NAME: their job, or why they were skipped."""
-    client = settings.client
+    client = settings.reader
     if not client.schedules(name):
         raise Failed(f"no schedule named {name!r}")
     found = client.schedule_ticks(name, limit=limit)

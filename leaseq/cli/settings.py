@@ -1,9 +1,10 @@
 """What every command shares: the global settings, exit codes, parameter types, ``--actor``.
 
 The environment is read only where an option says so (``envvar=``, shown in ``--help``):
-``LEASEQ_DSN`` and ``LEASEQ_SCHEMA`` for every command, and ``LEASEQ_WORKER_<OPTION>`` for
-the worker's settings. No other command takes anything from the environment, so a stray
-variable can never become, say, a filter of a destructive command.
+``LEASEQ_DSN``, ``LEASEQ_READ_DSN`` and ``LEASEQ_SCHEMA`` for every command, and
+``LEASEQ_WORKER_<OPTION>`` for the worker's settings. No other command takes anything from
+the environment, so a stray variable can never become, say, a filter of a destructive
+command.
 """
 
 from __future__ import annotations
@@ -30,18 +31,28 @@ class Failed(click.ClickException):
 
 
 class Settings:
-    """The global options (``--dsn``, ``--schema``, ``--no-prepare``) and the lazy client."""
+    """The global options (``--dsn``, ``--read-dsn``, ``--schema``, ``--no-prepare``) and
+    the lazy clients: ``client`` for everything that writes (and the reads that must see its
+    writes), ``reader`` for the inspection commands (on ``--read-dsn`` when given)."""
 
     def __init__(
-        self, dsn: str | None, schema: str, prepare: bool = True, *, schema_given: bool = True
+        self,
+        dsn: str | None,
+        schema: str,
+        prepare: bool = True,
+        *,
+        schema_given: bool = True,
+        read_dsn: str | None = None,
     ) -> None:
         self.dsn = dsn
+        self.read_dsn = (read_dsn or "").strip() or None
         self.schema = schema
         self.prepare = prepare
         #: ``--schema``/``LEASEQ_SCHEMA`` was given (not just the default), so it beats an
         #: app's own schema even when its value equals the default.
         self.schema_given = schema_given
         self._client: Client | None = None
+        self._reader: Client | None = None
 
     @classmethod
     def from_context(cls, ctx: click.Context) -> Settings:
@@ -51,6 +62,7 @@ class Settings:
             ctx.params["dsn"],
             ctx.params["schema"],
             prepare=not ctx.params["no_prepare"],
+            read_dsn=ctx.params.get("read_dsn"),
             schema_given=source is not None and source is not ParameterSource.DEFAULT,
         )
 
@@ -60,9 +72,26 @@ class Settings:
             self._client = Client(self.dsn, schema=self.schema, pool_size=2, prepare=self.prepare)
         return self._client
 
+    @property
+    def reader(self) -> Client:
+        """The client of the inspection commands: reads on ``--read-dsn`` when given (the
+        primary is still used for the replica's lag and the schema check), else ``client``."""
+        if self.read_dsn is None:
+            return self.client
+        if self._reader is None:
+            self._reader = Client(
+                self.dsn,
+                schema=self.schema,
+                pool_size=2,
+                prepare=self.prepare,
+                read_dsn=self.read_dsn,
+            )
+        return self._reader
+
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        for client in (self._reader, self._client):
+            if client is not None:
+                client.close()
 
 
 pass_settings = click.make_pass_decorator(Settings)

@@ -101,7 +101,13 @@ def web(
     except ImportError:
         raise ConfigError(MISSING_EXTRA) from None
     settings.client.check_schema()  # a wrong DSN or schema fails here, in one line
-    client = AsyncClient(settings.dsn, schema=settings.schema, prepare=settings.prepare)
+    settings.reader.read_replica_lag()  # and so does an unreachable --read-dsn
+    client = AsyncClient(
+        settings.dsn,
+        schema=settings.schema,
+        prepare=settings.prepare,
+        read_dsn=settings.read_dsn,
+    )
     client.web_timeout_ms = int(timeout * 1000)
     app = create_app(
         client,

@@ -24,7 +24,9 @@ from leaseq import validate
 from leaseq.app import App
 from leaseq.cli.settings import DURATION, DURATION_OR_NEVER, Settings, pass_settings
 from leaseq.errors import ConfigError
+from leaseq.routing import QueueMap
 from leaseq.worker import QueueSettings, WorkerConfig, run_worker
+from leaseq.worker.databases import run_workers
 from leaseq.worker.runner import exit_code
 from leaseq.worker.supervisor import Supervisor
 
@@ -50,13 +52,15 @@ def load_app(ref: str) -> App:
     return app
 
 
-def bind_app(app: App, settings: Settings) -> None:
-    """Apply the global options to the app: a given DSN or schema beats the app's own."""
+def bind_app(app: App, settings: Settings, queue_dsns: tuple[str, ...] = ()) -> None:
+    """Apply the global options to the app: a given DSN or schema beats the app's own, and
+    each ``--queue-dsn QUEUE=DSN`` beats the app's own database for that queue."""
     app.prepare = app.prepare and settings.prepare
     if settings.dsn:
         app.dsn = settings.dsn
     if settings.schema_given:
         app.schema = settings.schema
+    app.queue_dsns.update(QueueMap.parse(queue_dsns).routes)
 
 
 def child_argv(argv: list[str]) -> list[str]:
@@ -170,6 +174,18 @@ def config_from_options(queues: tuple[QueueSettings, ...], options: dict[str, An
     help="Allow queues no task of the app declares.",
 )
 @click.option(
+    "--queue-dsn",
+    "queue_dsns",
+    multiple=True,
+    metavar="QUEUE=DSN",
+    envvar=ENV_PREFIX + "QUEUE_DSN",
+    show_envvar=True,
+    help=(
+        "Queue on another database than --dsn, repeatable (the app's tasks enqueue there "
+        "too); the process runs one worker per database. Env: space-separated, URL DSNs."
+    ),
+)
+@click.option(
     "--processes",
     "-p",
     type=int,
@@ -187,6 +203,7 @@ def worker(
     app_ref: str,
     queues: tuple[str, ...],
     any_queue: bool,
+    queue_dsns: tuple[str, ...],
     processes: int,
     **options: Any,
 ) -> None:
@@ -195,9 +212,12 @@ def worker(
     Every option can also come from the environment: LEASEQ_WORKER_<OPTION>, e.g.
     LEASEQ_WORKER_CONCURRENCY=20. Exit codes: 0 clean stop, 3 running jobs had to be
     abandoned at shutdown (they are retried), 1 error, 2 bad configuration.
+
+    With --queue-dsn (or the app's App(queues=...)), queues on several databases are served
+    by one worker per database in this process, each with these options (docs/scaling.md).
     """
     app = load_app(app_ref)
-    bind_app(app, settings)
+    bind_app(app, settings, queue_dsns)
     config = config_from_options(_queue_settings(queues, app, any_queue), options)
     validate.check_int("processes", processes, 1, 256)
     if processes > 1 and options["worker_id"]:
@@ -211,7 +231,7 @@ def worker(
         command = [sys.executable, "-m", "leaseq", *child_argv(sys.argv[1:])]
         sys.exit(Supervisor(command, processes, restart=not (config.burst or config.drain)).run())
     started = time.monotonic()
-    stats = run_worker(app, config)
+    stats = run_workers(app, config) if app.queue_dsns else run_worker(app, config)
     elapsed = time.monotonic() - started
     if config.burst or config.drain:
         done = stats.succeeded + stats.failed

@@ -51,7 +51,7 @@ def batches() -> None:
 @pass_settings
 def batches_show(settings: Settings, batch_id: int, as_json: bool) -> None:
     """A batch's state, its jobs' counts by status, and its callbacks."""
-    info = settings.client.get_batch(batch_id)
+    info = settings.reader.get_batch(batch_id)
     if info is None:
         raise Failed(f"no batch with id {batch_id}")
     if as_json:
@@ -79,7 +79,7 @@ def batches_show(settings: Settings, batch_id: int, as_json: bool) -> None:
 @pass_settings
 def waiting(settings: Settings, limit: int, as_json: bool) -> None:
     """Jobs waiting on dependencies, oldest first, with the jobs they still wait for."""
-    found = settings.client.waiting_jobs(limit=limit)
+    found = settings.reader.waiting_jobs(limit=limit)
     if as_json:
         emit_json(
             [

@@ -22,14 +22,16 @@ from psycopg_pool import ConnectionPool
 from leaseq import validate
 from leaseq.dsn import describe_dsn, resolve_dsn, warn_multi_host
 from leaseq.errors import DatabaseUnavailable, SchemaError
+from leaseq.ops.reads import ReadPool, Reads, Row, run_statement
 from leaseq.params import notify_channel
 from leaseq.redact import Redactor, default_redact
+from leaseq.replicas import ReplicaLag
 from leaseq.retry import RetryPolicy
-from leaseq.rows import configure_json, tolerate_extremes
+from leaseq.rows import configure_json
 from leaseq.sql import Queries, check_schema_name, latest_version, migrations
 from leaseq.tracing import Tracing
 
-Row = tuple[Any, ...]
+__all__ = ["FAILOVER_SQLSTATES", "ClientBase", "Row"]
 
 #: SQLSTATEs that say "this server is not (or no longer) the writable primary": a demoted
 #: or read-only server (25006 read_only_sql_transaction), a server shutting down or crashed
@@ -75,13 +77,17 @@ class ClientBase:
         prepare: bool = True,
         tracing: Tracing | None = None,
         generic_plans: bool = False,
+        read_dsn: str | None = None,
     ) -> None:
         """``prepare=False`` turns server-side prepared statements off: needed behind
         PgBouncer in transaction pooling mode (before 1.21), where the next statement of a
         session may reach a server connection that never saw the PREPARE. ``tracing``:
         hooks around enqueues and attempts (see ``leaseq.tracing``; e.g. leaseq[otel]).
         ``generic_plans``: the pool's prepared statements always use their generic plan
-        (the worker's claims and fenced writes; see ``_configure_generic_plans``)."""
+        (the worker's claims and fenced writes; see ``_configure_generic_plans``).
+        ``read_dsn``: a read replica (a streaming standby) for the inspection reads (jobs,
+        events, queue stats, pauses, limits, schedules, the dashboard); writes and the
+        reads that must see them stay on ``dsn`` (see ``leaseq.ops.reads``)."""
         self.schema = check_schema_name(schema)
         #: Scrubs secrets from error details before they are stored (None: store as is).
         self.redact = redact
@@ -101,6 +107,18 @@ class ClientBase:
         self.tracing = tracing
         self._pool: ConnectionPool[Connection[TupleRow]] | None = None
         self._lock = threading.Lock()
+        #: The read replica's pool (None: every read runs on the primary). Only ``_read``
+        #: and ``_read_together`` use it: write methods have no way to reach it.
+        self._reads: ReadPool | None = None
+        if read_dsn is not None and read_dsn.strip():
+            self._reads = ReadPool(
+                read_dsn.strip(),
+                self.queries,
+                schema=self.schema,
+                pool_size=self._pool_size,
+                application_name=application_name,
+                prepare=prepare,
+            )
 
     # -- connections ------------------------------------------------------------------
 
@@ -276,6 +294,8 @@ class ClientBase:
             self._pool.check()
 
     def close(self) -> None:
+        if self._reads is not None:
+            self._reads.close()
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -312,11 +332,38 @@ class ClientBase:
     def _execute(
         conn: Connection[Any], query: str, params: Mapping[str, Any] | None, tolerant: bool
     ) -> list[Row]:
-        cur = conn.cursor()
-        if tolerant:
-            tolerate_extremes(cur)
-        cur.execute(query, params)
-        return list(cur.fetchall()) if cur.description is not None else []
+        return run_statement(conn, query, params, tolerant)
+
+    # -- the read replica -------------------------------------------------------------
+
+    @property
+    def read_dsn(self) -> str | None:
+        """The read replica's DSN, or None when every read runs on the primary."""
+        return self._reads.dsn if self._reads is not None else None
+
+    def _read(
+        self, name: str, params: Mapping[str, Any] | None = None, *, tolerant: bool = False
+    ) -> list[Row]:
+        """An inspection read: on the read replica when there is one, else as ``_rows``.
+        Never for a write, nor for a read that must see this client's own writes."""
+        if self._reads is None:
+            return self._rows(name, params, tolerant=tolerant)
+        return self._reads.rows(name, params, tolerant=tolerant)
+
+    def _read_together(self, reads: Reads, *, tolerant: bool = False) -> list[list[Row]]:
+        """Inspection reads in one transaction, on the replica if there is one."""
+        if self._reads is not None:
+            return self._reads.rows_together(reads, tolerant=tolerant)
+        with self._transaction() as conn:
+            return [self._rows(name, params, conn, tolerant=tolerant) for name, params in reads]
+
+    def read_replica_lag(self) -> ReplicaLag | None:
+        """How far the read replica is behind the primary; None without a ``read_dsn``.
+        Reads the primary's flushed WAL position, then the replica's replay position."""
+        if self._reads is None:
+            return None
+        ((lsn,),) = self._rows("primary_wal_position")
+        return self._reads.lag(str(lsn))
 
     # -- schema -----------------------------------------------------------------------
 

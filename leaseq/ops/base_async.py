@@ -18,14 +18,16 @@ from psycopg_pool import AsyncConnectionPool
 from leaseq import validate
 from leaseq.dsn import describe_dsn, resolve_dsn, warn_multi_host
 from leaseq.errors import DatabaseUnavailable, SchemaError
+from leaseq.ops.reads_async import AsyncReadPool, Reads, Row, run_statement
 from leaseq.params import notify_channel
 from leaseq.redact import Redactor, default_redact
+from leaseq.replicas import ReplicaLag
 from leaseq.retry import RetryPolicy
-from leaseq.rows import configure_json, tolerate_extremes
+from leaseq.rows import configure_json
 from leaseq.sql import Queries, check_schema_name, latest_version, migrations
 from leaseq.tracing import Tracing
 
-Row = tuple[Any, ...]
+__all__ = ["FAILOVER_SQLSTATES", "AsyncClientBase", "Row"]
 
 #: SQLSTATEs that say "this server is not (or no longer) the writable primary": a demoted
 #: or read-only server (25006 read_only_sql_transaction), a server shutting down or crashed
@@ -71,13 +73,17 @@ class AsyncClientBase:
         prepare: bool = True,
         tracing: Tracing | None = None,
         generic_plans: bool = False,
+        read_dsn: str | None = None,
     ) -> None:
         """``prepare=False`` turns server-side prepared statements off: needed behind
         PgBouncer in transaction pooling mode (before 1.21), where the next statement of a
         session may reach a server connection that never saw the PREPARE. ``tracing``:
         hooks around enqueues and attempts (see ``leaseq.tracing``; e.g. leaseq[otel]).
         ``generic_plans``: the pool's prepared statements always use their generic plan
-        (the worker's claims and fenced writes; see ``_configure_generic_plans``)."""
+        (the worker's claims and fenced writes; see ``_configure_generic_plans``).
+        ``read_dsn``: a read replica (a streaming standby) for the inspection reads (jobs,
+        events, queue stats, pauses, limits, schedules, the dashboard); writes and the
+        reads that must see them stay on ``dsn`` (see ``leaseq.ops.reads_async``)."""
         self.schema = check_schema_name(schema)
         #: Scrubs secrets from error details before they are stored (None: store as is).
         self.redact = redact
@@ -97,6 +103,18 @@ class AsyncClientBase:
         self.tracing = tracing
         self._pool: AsyncConnectionPool[AsyncConnection[TupleRow]] | None = None
         self._lock = asyncio.Lock()
+        #: The read replica's pool (None: every read runs on the primary). Only ``_read``
+        #: and ``_read_together`` use it: write methods have no way to reach it.
+        self._reads: AsyncReadPool | None = None
+        if read_dsn is not None and read_dsn.strip():
+            self._reads = AsyncReadPool(
+                read_dsn.strip(),
+                self.queries,
+                schema=self.schema,
+                pool_size=self._pool_size,
+                application_name=application_name,
+                prepare=prepare,
+            )
 
     # -- connections ------------------------------------------------------------------
 
@@ -274,6 +292,8 @@ class AsyncClientBase:
             await self._pool.check()
 
     async def close(self) -> None:
+        if self._reads is not None:
+            await self._reads.close()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -310,11 +330,40 @@ class AsyncClientBase:
     async def _execute(
         conn: AsyncConnection[Any], query: str, params: Mapping[str, Any] | None, tolerant: bool
     ) -> list[Row]:
-        cur = conn.cursor()
-        if tolerant:
-            tolerate_extremes(cur)
-        await cur.execute(query, params)
-        return list(await cur.fetchall()) if cur.description is not None else []
+        return await run_statement(conn, query, params, tolerant)
+
+    # -- the read replica -------------------------------------------------------------
+
+    @property
+    def read_dsn(self) -> str | None:
+        """The read replica's DSN, or None when every read runs on the primary."""
+        return self._reads.dsn if self._reads is not None else None
+
+    async def _read(
+        self, name: str, params: Mapping[str, Any] | None = None, *, tolerant: bool = False
+    ) -> list[Row]:
+        """An inspection read: on the read replica when there is one, else as ``_rows``.
+        Never for a write, nor for a read that must see this client's own writes."""
+        if self._reads is None:
+            return await self._rows(name, params, tolerant=tolerant)
+        return await self._reads.rows(name, params, tolerant=tolerant)
+
+    async def _read_together(self, reads: Reads, *, tolerant: bool = False) -> list[list[Row]]:
+        """Inspection reads in one transaction, on the replica if there is one."""
+        if self._reads is not None:
+            return await self._reads.rows_together(reads, tolerant=tolerant)
+        async with self._transaction() as conn:
+            return [
+                await self._rows(name, params, conn, tolerant=tolerant) for name, params in reads
+            ]
+
+    async def read_replica_lag(self) -> ReplicaLag | None:
+        """How far the read replica is behind the primary; None without a ``read_dsn``.
+        Reads the primary's flushed WAL position, then the replica's replay position."""
+        if self._reads is None:
+            return None
+        ((lsn,),) = await self._rows("primary_wal_position")
+        return await self._reads.lag(str(lsn))
 
     # -- schema -----------------------------------------------------------------------
 

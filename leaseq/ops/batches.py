@@ -96,7 +96,7 @@ class BatchOps(EnqueueOps):
 
     def get_batch(self, batch_id: int) -> BatchInfo | None:
         """A batch's state, callbacks, its jobs' counts by status and the callback jobs."""
-        rows = self._rows("get_batch", {"id": batch_id})
+        rows = self._read("get_batch", {"id": batch_id})
         return BatchInfo(*rows[0]) if rows else None
 
     def enqueue_flow(self, flow: Flow) -> list[EnqueueResult]:

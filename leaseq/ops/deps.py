@@ -91,29 +91,29 @@ class DepsOps(ClientBase):
 
     def dependencies(self, job_id: int) -> list[Dependency]:
         """What a job waits for (or waited for): each dependency with its policy and state."""
-        rows = self._rows("job_dependencies", {"id": job_id})
+        rows = self._read("job_dependencies", {"id": job_id})
         return [Dependency(int(r[0]), r[1], r[2]) for r in rows]
 
     def dependents(self, job_id: int, *, limit: int = 1000) -> list[Dependency]:
         """The jobs that wait for (or waited for) this one, with their policy and state
         (``waiting`` true while they still wait)."""
         params = {"id": job_id, "limit": validate.check_int("limit", limit, 1, 1_000_000)}
-        rows = self._rows("job_dependents", params)
+        rows = self._read("job_dependents", params)
         return [Dependency(int(r[0]), r[1], r[2], bool(r[3])) for r in rows]
 
     def waiting_jobs(self, *, limit: int = 100) -> list[WaitingJob]:
         """Waiting jobs, oldest first: (id, queue, task, seconds waiting, the unfinished
         dependencies it waits for)."""
         params = {"limit": validate.check_int("limit", limit, 1, 100_000)}
-        rows = self._rows("list_waiting", params)
+        rows = self._read("list_waiting", params)
         return [(int(r[0]), r[1], r[2], float(r[3]), list(r[4] or [])) for r in rows]
 
     def job_batch(self, job_id: int) -> int | None:
         """The batch a job belongs to, if any."""
-        rows = self._rows("job_batch", {"id": job_id})
+        rows = self._read("job_batch", {"id": job_id})
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def waiting_stats(self) -> tuple[int, float]:
         """Jobs waiting on dependencies, and the oldest such wait in seconds."""
-        ((count, oldest),) = self._rows("waiting_stats")
+        ((count, oldest),) = self._read("waiting_stats")
         return int(count), float(oldest)

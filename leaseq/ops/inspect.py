@@ -2,7 +2,9 @@
 # change the async source and run `python tools/gen_sync.py`.
 """Inspection: jobs, their audit trail and effects, queue and database health. Read-only;
 rows are decoded by ``leaseq.rows`` (jobs tolerantly: an unreadable row is shown, not
-raised).
+raised). These reads go to the read replica when the client has one (``read_dsn``), except
+those given a ``connection`` (they see its transaction) and those the worker and the
+effect records rely on (``queues_have_work``, ``effect_get``: the primary's own state).
 
 The synchronous twin of ``leaseq/ops/inspect_async.py``; see that file for the logic.
 """
@@ -32,16 +34,22 @@ from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_fro
 
 class InspectOps(ClientBase):
     def get_job(self, job_id: int, *, connection: Connection[Any] | None = None) -> Job | None:
-        rows = self._rows("get_job", {"id": job_id}, connection, tolerant=True)
+        """One job, or None. With ``connection`` the read sees that connection's
+        transaction; without, it runs on the read replica when there is one."""
+        params = {"id": job_id}
+        if connection is None:
+            rows = self._read("get_job", params, tolerant=True)
+        else:
+            rows = self._rows("get_job", params, connection, tolerant=True)
         return job_from_row(rows[0]) if rows else None
 
     def job_events(self, job_id: int) -> list[JobEvent]:
         """The audit trail of one job, oldest first."""
-        return [event_from_row(row) for row in self._rows("job_events", {"id": job_id})]
+        return [event_from_row(row) for row in self._read("job_events", {"id": job_id})]
 
     def unique_key_holder(self, job_id: int) -> UniqueKeyHolder | None:
         """A job's unique key and who holds it now; None when the job has no key."""
-        rows = self._rows("unique_key_of_job", {"id": job_id}, tolerant=True)
+        rows = self._read("unique_key_of_job", {"id": job_id}, tolerant=True)
         if not rows or rows[0][0] is None:
             return None
         key, holder, held_until = rows[0]
@@ -60,17 +68,20 @@ class InspectOps(ClientBase):
         the read sees that connection's uncommitted writes."""
         params = job_filter([status], **filters)
         params["limit"] = validate.check_int("limit", limit, 1, 100_000)
-        rows = self._rows("list_jobs", params, connection, tolerant=True)
+        if connection is None:
+            rows = self._read("list_jobs", params, tolerant=True)
+        else:
+            rows = self._rows("list_jobs", params, connection, tolerant=True)
         return [job_from_row(row) for row in rows]
 
     def count_jobs(self, status: str = "dead", **filters: Unpack[JobFilter]) -> int:
         """How many jobs ``list_jobs`` (without a limit) would find: a dry run's count."""
         params = job_filter([status], **filters)
-        return int((self._rows("count_jobs", params))[0][0])
+        return int((self._read("count_jobs", params))[0][0])
 
     def job_effects(self, job_id: int) -> list[EffectRecord]:
         """The external effects a job declared, with what is known of each."""
-        rows = self._rows("job_effects", {"id": job_id})
+        rows = self._read("job_effects", {"id": job_id})
         return [effect_from_row(row) for row in rows]
 
     def effect_get(
@@ -87,10 +98,10 @@ class InspectOps(ClientBase):
     def queue_stats(self, *, throughput: bool = False) -> list[QueueStats]:
         """Per-queue health, from partial indexes only. With ``throughput``, also how many
         jobs each queue finished in the last minute (that part scans recent history)."""
-        stats = [stats_from_row(row) for row in self._rows("queue_stats")]
+        stats = [stats_from_row(row) for row in self._read("queue_stats")]
         if not throughput:
             return stats
-        recent: dict[str, int] = dict(self._rows("recent_throughput", {"seconds": 60.0}))
+        recent: dict[str, int] = dict(self._read("recent_throughput", {"seconds": 60.0}))
         known = {s.queue for s in stats}
         stats += [
             QueueStats(queue, 0, 0, 0, 0, 0.0, 0.0, 0) for queue in recent if queue not in known
@@ -104,9 +115,12 @@ class InspectOps(ClientBase):
         """Expired leases awaiting a sweep, lock waits, connections of leaseq processes,
         the lag of the most overdue schedule, and the jobs waiting on dependencies (how
         many, and the oldest wait in seconds)."""
+        # On the primary: its pg_stat_activity (lock waits, connections) is the one that
+        # matters, and a standby's would show the standby's sessions.
         ((expired, lock_waits, connections),) = self._rows("database_health")
-        ((schedule_lag,),) = self._rows("schedule_lag")
-        ((waiting, oldest_wait),) = self._rows("waiting_stats")
+        lag, waits = self._read_together([("schedule_lag", None), ("waiting_stats", None)])
+        ((schedule_lag,),) = lag
+        ((waiting, oldest_wait),) = waits
         return {
             "expired_leases": int(expired),
             "lock_waits": int(lock_waits),
@@ -118,5 +132,5 @@ class InspectOps(ClientBase):
 
     def blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:
         """Ordering keys held up by a dead head (policy ``block``), oldest first."""
-        rows = self._rows("blocked_keys", {"limit": validate.check_int("limit", limit, 1, 100_000)})
+        rows = self._read("blocked_keys", {"limit": validate.check_int("limit", limit, 1, 100_000)})
         return [BlockedKey(*row) for row in rows]

@@ -74,7 +74,7 @@ class LimitOps(ClientBase):
 
     def limits(self) -> list[Limit]:
         """Every limit with its slots in use, jobs waiting and rate bucket state."""
-        return [limit_from_row(row) for row in self._rows("list_limits", {})]
+        return [limit_from_row(row) for row in self._read("list_limits", {})]
 
     def rate_consume(self, name: str, cost: int = 1) -> bool:
         """Charge ``cost`` units to the rate limit ``name`` (the bucket claims use); True

@@ -73,7 +73,7 @@ class AsyncLimitOps(AsyncClientBase):
 
     async def limits(self) -> list[Limit]:
         """Every limit with its slots in use, jobs waiting and rate bucket state."""
-        return [limit_from_row(row) for row in await self._rows("list_limits", {})]
+        return [limit_from_row(row) for row in await self._read("list_limits", {})]
 
     async def rate_consume(self, name: str, cost: int = 1) -> bool:
         """Charge ``cost`` units to the rate limit ``name`` (the bucket claims use); True

@@ -91,7 +91,7 @@ class PauseOps(ClientBase):
     def pauses(self) -> list[Pause]:
         """The pauses in force (who paused what, when, why, and for how long), by scope
         and value. Also what the database metrics report about pauses."""
-        return pauses_from_rows(self._rows("list_pauses"))
+        return pauses_from_rows(self._read("list_pauses"))
 
     def admin_events(
         self, *, scope: str | None = None, value: str | None = None, limit: int = 100
@@ -104,7 +104,7 @@ class PauseOps(ClientBase):
             "value": value,
             "limit": validate.check_int("limit", limit, 1, 100_000),
         }
-        return admin_events_from_rows(self._rows("admin_events", params))
+        return admin_events_from_rows(self._read("admin_events", params))
 
     @contextlib.contextmanager
     def _joined(self, connection: Connection[Any] | None) -> Iterator[Connection[Any]]:

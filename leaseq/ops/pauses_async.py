@@ -92,7 +92,7 @@ class AsyncPauseOps(AsyncClientBase):
     async def pauses(self) -> list[Pause]:
         """The pauses in force (who paused what, when, why, and for how long), by scope
         and value. Also what the database metrics report about pauses."""
-        return pauses_from_rows(await self._rows("list_pauses"))
+        return pauses_from_rows(await self._read("list_pauses"))
 
     async def admin_events(
         self, *, scope: str | None = None, value: str | None = None, limit: int = 100
@@ -105,7 +105,7 @@ class AsyncPauseOps(AsyncClientBase):
             "value": value,
             "limit": validate.check_int("limit", limit, 1, 100_000),
         }
-        return admin_events_from_rows(await self._rows("admin_events", params))
+        return admin_events_from_rows(await self._read("admin_events", params))
 
     @contextlib.asynccontextmanager
     async def _joined(

@@ -151,12 +151,12 @@ class ScheduleOps(ClientBase):
 
     def schedules(self, name: str | None = None) -> list[Schedule]:
         """Every stored schedule (or the one named), with its last job's status."""
-        return [schedule_from_row(r) for r in self._rows("list_schedules", {"name": name})]
+        return [schedule_from_row(r) for r in self._read("list_schedules", {"name": name})]
 
     def schedule_ticks(self, name: str, *, limit: int = 50) -> list[TickRecord]:
         """A schedule's most recent ticks, newest first (skipped ones with their reason)."""
         params = {"name": name, "limit": validate.check_int("limit", limit, 1, 100_000)}
-        return [TickRecord(*row) for row in self._rows("schedule_ticks", params)]
+        return [TickRecord(*row) for row in self._read("schedule_ticks", params)]
 
     # -- changing -----------------------------------------------------------------------
 

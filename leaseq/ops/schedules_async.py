@@ -155,12 +155,12 @@ class AsyncScheduleOps(AsyncClientBase):
 
     async def schedules(self, name: str | None = None) -> list[Schedule]:
         """Every stored schedule (or the one named), with its last job's status."""
-        return [schedule_from_row(r) for r in await self._rows("list_schedules", {"name": name})]
+        return [schedule_from_row(r) for r in await self._read("list_schedules", {"name": name})]
 
     async def schedule_ticks(self, name: str, *, limit: int = 50) -> list[TickRecord]:
         """A schedule's most recent ticks, newest first (skipped ones with their reason)."""
         params = {"name": name, "limit": validate.check_int("limit", limit, 1, 100_000)}
-        return [TickRecord(*row) for row in await self._rows("schedule_ticks", params)]
+        return [TickRecord(*row) for row in await self._read("schedule_ticks", params)]
 
     # -- changing -----------------------------------------------------------------------
 

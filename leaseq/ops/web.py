@@ -2,8 +2,9 @@
 # change the async source and run `python tools/gen_sync.py`.
 """The web dashboard's reads: every one runs in a short transaction that first sets a
 statement timeout (``web_statement_timeout``), and every one returns a bounded number of
-rows. Actions do not live here: the dashboard calls the same audited operations as the CLI
-(replay, purge, cancel, skip, pause, resume).
+rows, on the read replica when the client has one (``read_dsn``). Actions do not live here:
+the dashboard calls the same audited operations as the CLI (replay, purge, cancel, skip,
+pause, resume), on the primary.
 
 The synchronous twin of ``leaseq/ops/web_async.py``; see that file for the logic.
 """
@@ -39,10 +40,10 @@ class WebOps(ClientBase):
     def _web_rows(
         self, reads: list[tuple[str, Mapping[str, Any] | None]], *, tolerant: bool = False
     ) -> list[list[Row]]:
-        """Run named reads in one transaction under the dashboard's statement timeout."""
-        with self._transaction() as conn:
-            self._rows("web_statement_timeout", {"ms": str(self.web_timeout_ms)}, conn)
-            return [self._rows(name, params, conn, tolerant=tolerant) for name, params in reads]
+        """Run named reads in one transaction under the dashboard's statement timeout, on
+        the read replica when the client has one."""
+        timeout = ("web_statement_timeout", {"ms": str(self.web_timeout_ms)})
+        return (self._read_together([timeout, *reads], tolerant=tolerant))[1:]
 
     def web_overview(self) -> tuple[list[QueueStats], list[Pause]]:
         """Per-queue counts (those of ``queue_stats``, read from partial indexes only; at

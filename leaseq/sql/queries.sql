@@ -2031,3 +2031,23 @@ FROM {schema}.jobs AS j
 WHERE j.waiting
 ORDER BY j.created_at, j.id
 LIMIT %(limit)s;
+
+-- == read replicas and several databases ==================================================
+
+-- name: primary_wal_position
+-- The primary's flushed WAL position: what a streaming standby can have received so far
+-- (read first, then replica_lag on the replica).
+SELECT pg_current_wal_flush_lsn()::text;
+
+-- name: replica_lag
+-- On the read replica: is it a standby, how many bytes of the primary's WAL (read just
+-- before) it has not replayed yet, and the age of the newest transaction it replayed
+-- (clock_timestamp: the age now, not at the start of this transaction).
+SELECT pg_is_in_recovery(),
+       (%(primary_lsn)s::pg_lsn - pg_last_wal_replay_lsn())::bigint,
+       extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8;
+
+-- name: database_identity
+-- Which database a connection is on (the cluster's system identifier and the database
+-- name): a transactional enqueue must be on the database of the queue it names.
+SELECT (SELECT system_identifier FROM pg_control_system())::text, current_database();

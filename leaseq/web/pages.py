@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import psycopg
 from starlette.requests import Request
 from starlette.responses import Response
 
+from leaseq.errors import LeaseqError
 from leaseq.models import Job, QueueStats
+from leaseq.replicas import unknown_lag_line
 from leaseq.web import forms
 from leaseq.web.context import Web
 
@@ -49,7 +52,16 @@ class Pages:
             }
             for s in stats
         ]
-        return {"rows": rows, "pauses": pauses}
+        return {"rows": rows, "pauses": pauses, "replica_lag": await self._replica_line()}
+
+    async def _replica_line(self) -> str | None:
+        """With a read replica (read_dsn): how stale these counts may be. The pages read on
+        the replica keep working while the primary is down; the lag is then unknown."""
+        try:
+            lag = await self.web.client.read_replica_lag()
+        except (psycopg.Error, LeaseqError) as exc:
+            return unknown_lag_line(exc)
+        return lag.describe() if lag is not None else None
 
     async def overview(self, request: Request) -> Response:
         return self.web.render(request, "overview.html", await self._overview_context())
