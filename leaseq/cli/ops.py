@@ -20,9 +20,10 @@ from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_s
 from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
 from leaseq.cli.workflows import workflow_fields, workflow_lines
 from leaseq.client import Client
+from leaseq.db_metrics import database_registry
 from leaseq.dev.embedded import EmbeddedServer, default_data_dir
 from leaseq.errors import ConfigError, LeaseqError
-from leaseq.metrics import METRICS, database_registry
+from leaseq.metrics import METRICS
 from leaseq.models import Job
 from leaseq.observe import ObservabilityServer
 from leaseq.replicas import unknown_lag_line

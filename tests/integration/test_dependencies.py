@@ -266,7 +266,7 @@ def test_replayed_dependent_waits_again_for_an_unfinished_dependency(
 
 
 def test_waiting_jobs_are_exported_as_metrics(client: leaseq.Client) -> None:
-    from leaseq.metrics import DatabaseCollector
+    from leaseq.db_metrics import DatabaseCollector
 
     parent = client.enqueue("t")
     client.enqueue("t", depends_on=[parent])

@@ -317,7 +317,7 @@ def test_bad_limit_key_is_refused_and_stores_nothing(
 def test_limit_metrics_show_slots_waiting_jobs_and_rate_wait(client: leaseq.Client) -> None:
     from prometheus_client import generate_latest
 
-    from leaseq.metrics import database_registry
+    from leaseq.db_metrics import database_registry
 
     client.set_limit("queue:q", concurrency=2)
     client.set_limit("key:api", rate=RateLimit(1, per=3600))

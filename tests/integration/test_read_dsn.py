@@ -24,8 +24,8 @@ from click.testing import CliRunner
 
 import leaseq
 from leaseq.cli import cli
+from leaseq.db_metrics import database_registry
 from leaseq.errors import DatabaseUnavailable
-from leaseq.metrics import database_registry
 from leaseq.models import Failure
 from tests.support.ports import free_port
 from tests.support.replication import ReplicaPair
