@@ -23,11 +23,15 @@ from bench.db import connect
 
 INTERVAL = 0.05  # seconds between samples
 
+# One row whatever is running: the database's clock, and the drain's client backends
+# (autovacuum's workers name the schema too, but they are not the drain's).
 ACTIVITY = """
-SELECT pid, state, coalesce(wait_event_type, ''), coalesce(wait_event, ''),
-       extract(epoch FROM clock_timestamp())::float8
+SELECT extract(epoch FROM clock_timestamp())::float8,
+       coalesce(json_agg(json_build_array(
+           pid, state, coalesce(wait_event_type, ''), coalesce(wait_event, ''))), '[]')
 FROM pg_stat_activity
-WHERE pid <> pg_backend_pid() AND position(%(schema)s in query) > 0
+WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'
+  AND position(%(schema)s in query) > 0
 """
 STATEMENTS = """
 SELECT coalesce(sum(calls), 0)::float8, coalesce(sum(wal_bytes), 0)::float8,
@@ -131,10 +135,12 @@ class Probe:
                         continue
                     res.worker_cpu[proc.pid] = t.user + t.system
                     live += t.user + t.system
-                rows = conn.execute(ACTIVITY, {"schema": self.schema}).fetchall()
-                now = rows[0][4] if rows else None
+                row = conn.execute(ACTIVITY, {"schema": self.schema}).fetchone()
+                if row is None:
+                    continue
+                now, backends = float(row[0]), row[1]
                 res.samples += 1
-                for pid, state, wtype, wevent, _now in rows:
+                for pid, state, wtype, wevent in backends:
                     if state == "active":
                         res.active_samples += 1
                         res.waits[f"{wtype}:{wevent}" if wtype else ""] += 1
@@ -143,8 +149,7 @@ class Probe:
                         res.backend_cpu[pid] = t.user + t.system
                     except psutil.Error:
                         pass
-                if now is not None:
-                    res.timeline.append((now, live, sum(res.backend_cpu.values())))
+                res.timeline.append((now, live, sum(res.backend_cpu.values())))
 
     def stop(self) -> ProbeResult:
         self._stop.set()

@@ -127,7 +127,7 @@ def figures(
         f"{name}-wal-records": value(res.wal_records / jobs),
     }
     if res.statements is not None:
-        out[f"{name}-statements"] = value(res.statements / jobs)
+        out[f"{name}-statements"] = value(1000.0 * res.statements / jobs)
     return out
 
 
@@ -148,7 +148,7 @@ def scale_scenario(name: str, processes: int, queues: Sequence[str]) -> Scenario
         Metric(f"{name}-io", name, f"{what}, active backends waiting on IO", "%"),
         Metric(f"{name}-wal-bytes", name, f"{what}, WAL", "bytes/job"),
         Metric(f"{name}-wal-records", name, f"{what}, WAL records", "records/job"),
-        Metric(f"{name}-statements", name, f"{what}, statements", "statements/job"),
+        Metric(f"{name}-statements", name, f"{what}, statements", "per 1000 jobs"),
     )
     return Scenario(
         name,
