@@ -91,8 +91,11 @@ def notes(series: dict[str, Series], settings: Settings) -> list[str]:
     return out
 
 
-def summary_markdown(series: dict[str, Series], settings: Settings, info: dict[str, Any]) -> str:
-    """The issue-20 table (bench/summary.py), with a line saying what was run."""
+def summary_markdown(
+    series: dict[str, Series], settings: Settings, info: dict[str, Any], compact: bool = False
+) -> str:
+    """The issue-20 table (bench/summary.py), with a line saying what was run; ``compact``
+    (README's) keeps only the winning raw configurations."""
     intro = [
         f"{settings.jobs:,} no-op jobs per drain, batch {settings.batch}, leaseq concurrency "
         f"{settings.concurrency} per process; PostgreSQL {info['server_version']} "
@@ -100,7 +103,7 @@ def summary_markdown(series: dict[str, Series], settings: Settings, info: dict[s
         f"{settings.repeat} interleaved rounds, medians (min-max); ratios per round.",
         "",
     ]
-    return summary.markdown(series, intro)
+    return summary.markdown(series, intro, compact)
 
 
 def extra_results(series: dict[str, Series]) -> dict[str, Any]:

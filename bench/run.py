@@ -227,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     results.update(extra_results(series))
     results["summary_markdown"] = table
+    results["summary_markdown_compact"] = summary_markdown(series, settings, info, compact=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {out}")
     if args.save_reference:

@@ -48,7 +48,8 @@ def has(series: dict[str, Series], prefix: str) -> bool:
     return any(series.get(f"{prefix}-{c}") and series[f"{prefix}-{c}"].samples for c in CLOCKS)
 
 
-def rows(series: dict[str, Series]) -> list[list[str]]:
+def rows(series: dict[str, Series], compact: bool = False) -> list[list[str]]:
+    """The table's rows; ``compact`` leaves out the raw configurations that did not win."""
     out: list[list[str]] = []
     best = {c: best_raw(series, c) for c in CLOCKS}
     for batch in RAW_BATCHES:
@@ -63,6 +64,8 @@ def rows(series: dict[str, Series]) -> list[list[str]]:
             ]
             config = f"{p} process{'es' if p > 1 else ''}, one connection each, batch {batch}"
             system = "raw SQL, seed claim + fenced unnest completion"
+            if compact and not won:
+                continue
             if won:
                 system = f"**raw limit ({', '.join(won)})**: " + system
             out.append(
@@ -104,9 +107,9 @@ def rows(series: dict[str, Series]) -> list[list[str]]:
     return out
 
 
-def markdown(series: dict[str, Series], intro: Sequence[str] = ()) -> str:
+def markdown(series: dict[str, Series], intro: Sequence[str] = (), compact: bool = False) -> str:
     """The table (empty string when no drain of the table ran)."""
-    body = rows(series)
+    body = rows(series, compact)
     if not body:
         return ""
     lines = [*intro, "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
