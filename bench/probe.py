@@ -88,7 +88,9 @@ class ProbeResult:
         if not self.active_samples:
             return 0.0
         hits = sum(
-            n for k, n in self.waits.items() if any(k == p or k.startswith(p) for p in prefixes)
+            n
+            for k, n in self.waits.items()
+            if any(k == p or (p and k.startswith(p)) for p in prefixes)
         )
         return 100.0 * hits / self.active_samples
 
@@ -127,14 +129,12 @@ class Probe:
                     tree = [root, *root.children(recursive=True)]
                 except psutil.Error:
                     tree = []
-                live = 0.0
                 for proc in tree:
                     try:
                         t = proc.cpu_times()
                     except psutil.Error:
                         continue
                     res.worker_cpu[proc.pid] = t.user + t.system
-                    live += t.user + t.system
                 row = conn.execute(ACTIVITY, {"schema": self.schema}).fetchone()
                 if row is None:
                     continue
@@ -149,7 +149,12 @@ class Probe:
                         res.backend_cpu[pid] = t.user + t.system
                     except psutil.Error:
                         pass
-                res.timeline.append((now, live, sum(res.backend_cpu.values())))
+                # Sums over every process seen so far, with the last value of those that
+                # exited: a --burst worker process that finds no more work exits before the
+                # others, and a sum over the live ones only would drop.
+                res.timeline.append(
+                    (now, sum(res.worker_cpu.values()), sum(res.backend_cpu.values()))
+                )
 
     def stop(self) -> ProbeResult:
         self._stop.set()

@@ -10,6 +10,7 @@ import pytest
 from bench import summary
 from bench.catalog import build_ratios, build_scenarios
 from bench.harness import WORKER_LINE, Metric, Ratio, Sample, Series, round_ratios, select_scenarios
+from bench.probe import ProbeResult
 from bench.scenarios import regression
 from bench.scenarios.drain import RAW_LIMIT, best_raw, finish_raw, raw_key
 
@@ -131,3 +132,18 @@ def test_worker_summary_line_is_parsed() -> None:
     match = WORKER_LINE.search(line)
     assert match is not None
     assert (match["jobs"], match["rate"], match["succeeded"]) == ("500", "2008", "500")
+
+
+def test_probe_cpu_covers_the_drain_only_and_survives_an_early_exit() -> None:
+    # The timeline holds sums over every process seen (exited ones at their last value),
+    # so the drain's CPU is the difference between the samples around its first claim
+    # and its last completion: start-up before, shutdown after are left out.
+    res = ProbeResult(
+        timeline=[(10.0, 0.5, 0.1), (11.0, 0.9, 0.3), (12.0, 1.4, 0.6), (13.0, 1.5, 0.6)]
+    )
+    worker, backends = res.cpu_between(10.5, 12.5)
+    assert (round(worker, 6), round(backends, 6)) == (0.9, 0.5)
+    assert res.cpu_between(9.0, 9.5) == (0.0, 0.0)
+    res.waits.update({"": 6, "IO:WALSync": 3, "LWLock:WALWrite": 1})
+    res.active_samples = 10
+    assert (res.share(""), res.share("IO:"), res.share("Lock:")) == (60.0, 30.0, 0.0)
