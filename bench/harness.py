@@ -205,6 +205,7 @@ def run_processes(
 ) -> tuple[float, list[str]]:
     """Start every command at once and wait for all of them: (seconds from the first spawn
     to the last exit, each one's stdout). Any failure is a BenchError."""
+    what = " ".join(commands[0][3:6])  # python -P -m MODULE ...: the module and its words
     started = time.perf_counter()
     procs = [
         subprocess.Popen(
@@ -218,7 +219,7 @@ def run_processes(
             out, err = proc.communicate(timeout=max(1.0, timeout - (time.perf_counter() - started)))
             outputs.append((proc.returncode, out, err))
     except subprocess.TimeoutExpired:
-        raise BenchError(f"{commands[0][2:4]} took more than {timeout:g} s") from None
+        raise BenchError(f"{what} took more than {timeout:g} s") from None
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -227,7 +228,7 @@ def run_processes(
     wall = time.perf_counter() - started
     for code, _out, err in outputs:
         if code != 0:
-            raise BenchError(f"{' '.join(commands[0][2:4])} exited with {code}: {err[-2000:]}")
+            raise BenchError(f"{what} exited with {code}: {err[-2000:]}")
     return wall, [out for _code, out, _err in outputs]
 
 
