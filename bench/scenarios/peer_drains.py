@@ -159,7 +159,8 @@ def pgqueuer_scenario(name: str, processes: int) -> Scenario:
 
     return Scenario(
         name,
-        f"pgqueuer's own worker (asyncpg driver), {processes} process(es), on the same N jobs",
+        f"pgqueuer's own worker (asyncpg driver), {processes} process"
+        f"{'es' if processes > 1 else ''} at once, draining the same N no-op jobs",
         (
             Metric(f"{name}-db", name, f"pgqueuer, {processes}p, start-up excluded"),
             Metric(f"{name}-wall", name, f"pgqueuer, {processes}p, process wall"),
