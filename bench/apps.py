@@ -1,6 +1,8 @@
 """The app the benchmark's worker subprocesses load (``bench.apps:app``).
 
-``noop`` does nothing, so the drains measure the queue's own cost per job. ``stamp`` is
+``noop`` does nothing, so the drains measure the queue's own cost per job; ``noop_sync`` is
+the same as a plain ``def`` handler, which the worker runs on its pool threads (what most
+Python code is: Django, requests, SDKs). ``stamp`` is
 the wake-latency probe: it records the wall-clock time at which its handler started.
 """
 
@@ -19,6 +21,11 @@ _signal_socket: socket.socket | None = None
 
 @app.task(name="noop")
 async def noop(ctx: leaseq.JobContext, payload: Any) -> None:
+    pass
+
+
+@app.task(name="noop_sync")
+def noop_sync(ctx: leaseq.JobContext, payload: Any) -> None:
     pass
 
 

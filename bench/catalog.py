@@ -1,14 +1,17 @@
-"""The scenario list of ``python -m bench`` and its ratios, in canonical order: a raw
-scenario right before its leaseq twin, the peer drains right after ``drain-leaseq``, so
-both sides of a ratio run next to each other in every round. Also what the report needs
+"""The scenario list of ``python -m bench`` and its ratios, in canonical order: the raw
+drain limit first, then pgqueuer and leaseq (async, sync) at 1 process, then the same at 2
+processes, so both sides of a ratio run next to each other in every round; a raw enqueue
+scenario right before its leaseq twin. Also what the report needs
 from particular scenarios (the peers' header lines, the EXPLAIN note)."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from collections.abc import Sequence
 from typing import Any
 
+from bench import summary
 from bench.harness import DEFAULT_BACKLOGS, Ratio, Scenario, Series, Settings, ran
 from bench.scenarios import (
     claim_backlog,
@@ -16,6 +19,8 @@ from bench.scenarios import (
     drain,
     enqueue,
     peer_drains,
+    regression,
+    scale,
     schedules,
     sweep,
     wake,
@@ -25,15 +30,25 @@ from bench.scenarios import (
 def build_scenarios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Scenario, ...]:
     return (
         drain.RAW,
-        drain.LEASEQ,
-        *peer_drains.SCENARIOS,
-        drain.TWO_PROCESSES,
+        peer_drains.PGQUEUER_1P,
+        *drain.SCENARIOS_1P,
+        peer_drains.PGQUEUER_2P,
+        *drain.SCENARIOS_2P,
+        *peer_drains.OTHERS,
+        regression.SCENARIO,
         *enqueue.SCENARIOS,
-        claim_prune.SCENARIO,
-        claim_backlog.scenario(backlogs),
-        sweep.SCENARIO,
-        wake.SCENARIO,
-        schedules.SCENARIO,
+        # Opt-in (--only NAME, or --only all): together they take longer than the default.
+        *(
+            dataclasses.replace(s, default=False)
+            for s in (
+                claim_prune.SCENARIO,
+                claim_backlog.scenario(backlogs),
+                sweep.SCENARIO,
+                wake.SCENARIO,
+                schedules.SCENARIO,
+                *scale.SCENARIOS,
+            )
+        ),
     )
 
 
@@ -41,6 +56,8 @@ def build_ratios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Ratio, ...
     return (
         *drain.RATIOS,
         *peer_drains.RATIOS,
+        *regression.RATIOS,
+        *scale.RATIOS,
         *enqueue.RATIOS,
         *claim_prune.RATIOS,
         *claim_backlog.ratios(backlogs),
@@ -59,8 +76,48 @@ def header_lines(series: dict[str, Series], settings: Settings) -> list[str]:
 
 
 def notes(series: dict[str, Series], settings: Settings) -> list[str]:
-    """Lines after the tables: where claim-vs-backlog wrote its EXPLAIN, if it ran."""
-    return [claim_backlog.explain_note(settings)] if ran(series, claim_backlog.NAME) else []
+    """Lines after the tables: the regression of the plain drain against the stored
+    reference, the scale check's top wait events, where claim-vs-backlog wrote its EXPLAIN."""
+    out = [
+        "\n".join(lines)
+        for lines in (
+            regression.reference_lines(series, regression.load_reference()),
+            scale.notes(),
+        )
+        if lines
+    ]
+    if ran(series, claim_backlog.NAME):
+        out.append(claim_backlog.explain_note(settings))
+    return out
+
+
+def summary_markdown(
+    series: dict[str, Series], settings: Settings, info: dict[str, Any], compact: bool = False
+) -> str:
+    """The issue-20 table (bench/summary.py), with a line saying what was run; ``compact``
+    (README's) keeps only the winning raw configurations."""
+    intro = [
+        f"{settings.jobs:,} no-op jobs per drain, batch {settings.batch}, leaseq concurrency "
+        f"{settings.concurrency} per process; PostgreSQL {info['server_version']} "
+        f"(fsync={info['fsync']}, synchronous_commit={info['synchronous_commit']}); "
+        f"{settings.repeat} interleaved rounds, medians (min-max); ratios per round.",
+        "",
+    ]
+    return summary.markdown(series, intro, compact)
+
+
+def extra_results(series: dict[str, Series]) -> dict[str, Any]:
+    """What the JSON file records beyond the figures: the winning raw configurations, the
+    plain drains as the regression reference sees them, the scale check's waits."""
+    return {
+        "raw_limit": summary.best_configs(series),
+        "plain_drain": regression.current(series),
+        "scale_waits": dict(scale.DETAILS),
+    }
+
+
+def save_reference(series: dict[str, Series], results: dict[str, Any]) -> pathlib.Path:
+    return regression.save_reference(series, results)
 
 
 def peers(settings: Settings) -> dict[str, dict[str, Any]]:

@@ -10,7 +10,7 @@ import contextlib
 import json
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import psycopg
@@ -124,34 +124,68 @@ def insert_rows(conn: psycopg.Connection[Any], schema: str, template: str, count
     conn.execute(sql.SQL(template).format(jobs_table(schema)), (count,))
 
 
-def fill_queue(dsn: str, client: leaseq.Client, jobs: int) -> None:
-    """Untimed: ``jobs`` pending no-op jobs, then VACUUM ANALYZE so every drain starts alike."""
+def fill_queue(
+    dsn: str,
+    client: leaseq.Client,
+    jobs: int,
+    task: str = TASK,
+    queues: Sequence[str] = (QUEUE,),
+) -> None:
+    """Untimed: ``jobs`` pending no-op jobs (spread round-robin over ``queues``), then
+    VACUUM ANALYZE so every drain starts alike."""
     for start in range(0, jobs, PREP_CHUNK):
         count = min(PREP_CHUNK, jobs - start)
         client.enqueue_many(
-            leaseq.JobSpec(TASK, {"n": start + i}, queue=QUEUE) for i in range(count)
+            leaseq.JobSpec(task, {"n": n}, queue=queues[n % len(queues)])
+            for n in range(start, start + count)
         )
     with connect(dsn) as conn:
         vacuum_analyze(conn, client.schema)
 
 
-def status_counts(dsn: str, schema: str) -> dict[str, int]:
+def _where_queue(queue: str | None) -> sql.Composable:
+    return sql.SQL("") if queue is None else sql.SQL(" WHERE queue_name = {}").format(queue)
+
+
+def status_counts(dsn: str, schema: str, queue: str | None = None) -> dict[str, int]:
+    """Jobs per status (of one queue, if given)."""
+    query = sql.SQL("SELECT status::text, count(*) FROM {}{} GROUP BY status").format(
+        jobs_table(schema), _where_queue(queue)
+    )
     with connect(dsn) as conn:
-        rows = conn.execute(
-            sql.SQL("SELECT status::text, count(*) FROM {} GROUP BY status").format(
-                jobs_table(schema)
-            )
-        ).fetchall()
+        rows = conn.execute(query).fetchall()
     return {str(status): int(count) for status, count in rows}
 
 
-def check_drained(dsn: str, schema: str, jobs: int) -> None:
-    counts = status_counts(dsn, schema)
+def check_drained(dsn: str, schema: str, jobs: int, queue: str | None = None) -> None:
+    counts = status_counts(dsn, schema, queue)
     succeeded, total = counts.get("succeeded", 0), sum(counts.values())
     if succeeded != jobs or total != jobs:
         raise BenchError(
             f"drain left work undone: {succeeded} of {total} jobs succeeded, {jobs} were enqueued"
         )
+
+
+def drain_span(dsn: str, schema: str, queue: str | None = None) -> tuple[float, float]:
+    """The drain on the database's clock (epoch seconds), start-up left out: the first
+    claim and the last completion, ``min(started_at)`` and ``max(finished_at)`` over the
+    jobs (of one queue, if given; each is the start of the transaction that wrote it). The
+    peers are timed alike from their own tables (bench/scenarios/peer_drains.py)."""
+    query = sql.SQL(
+        "SELECT extract(epoch FROM min(started_at))::float8, "
+        "extract(epoch FROM max(finished_at))::float8 FROM {}{}"
+    ).format(jobs_table(schema), _where_queue(queue))
+    with connect(dsn) as conn:
+        row = conn.execute(query).fetchone()
+    if row is None or row[0] is None or row[1] is None or row[1] <= row[0]:
+        raise BenchError(f"no drain to time in {schema}.jobs")
+    return float(row[0]), float(row[1])
+
+
+def drain_clock(dsn: str, schema: str, queue: str | None = None) -> float:
+    """The drain's seconds, start-up excluded (see ``drain_span``)."""
+    start, end = drain_span(dsn, schema, queue)
+    return end - start
 
 
 def server_info(dsn: str) -> dict[str, Any]:

@@ -27,11 +27,13 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "results" / "latest.json"
 WORKER_APP = "bench.apps:app"
 TASK = "noop"  # the no-op task bench/apps.py registers
+SYNC_TASK = "noop_sync"  # the same as a sync handler (run on the worker's threads)
 STAMP_TASK = "stamp"  # the task that records its start time (wake-latency)
 QUEUE = "default"
 DEFAULT_BACKLOGS = (10_000, 100_000, 1_000_000)
 DEFAULT_PEER_JOBS = 2000  # procrastinate's N: it drains ~0.1-0.3k jobs/s on 2 cores
 BENCH_EXTRA = "pip install -e '.[bench]'"
+PROCESS_TIMEOUT = 600.0  # longest a drain subprocess may take
 
 # The worker's human summary line, the only place a --burst worker reports its own figure:
 # "processed 10000 job(s) in 0.60s (16554/s): 10000 succeeded, 0 failed, 0 lost lease(s)".
@@ -120,12 +122,20 @@ class Ratio:
 ScenarioFn = Callable[[Settings], dict[str, Sample]]
 
 
+ScenarioFinish = Callable[[dict[str, Series]], None]
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
     metrics: tuple[Metric, ...]
     fn: ScenarioFn
+    #: Runs when ``python -m bench`` is given no ``--only``; the heavy parts are opt-in.
+    default: bool = True
+    #: Called once after all the rounds, to fill metrics that need every round (the raw
+    #: limit is the best configuration over all of them).
+    finish: ScenarioFinish | None = None
 
 
 # -- worker subprocesses ----------------------------------------------------------------
@@ -185,6 +195,41 @@ def run_burst_worker(
     if not lines:
         raise BenchError(f"no 'processed ...' line in the worker's output: {proc.stdout!r}")
     return wall, lines
+
+
+def run_processes(
+    commands: Sequence[Sequence[str]],
+    env: dict[str, str],
+    cwd: pathlib.Path = REPO_ROOT,
+    timeout: float = PROCESS_TIMEOUT,
+) -> tuple[float, list[str]]:
+    """Start every command at once and wait for all of them: (seconds from the first spawn
+    to the last exit, each one's stdout). Any failure is a BenchError."""
+    what = " ".join(commands[0][3:6])  # python -P -m MODULE ...: the module and its words
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            list(c), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for c in commands
+    ]
+    outputs: list[tuple[int, str, str]] = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=max(1.0, timeout - (time.perf_counter() - started)))
+            outputs.append((proc.returncode, out, err))
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{what} took more than {timeout:g} s") from None
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    wall = time.perf_counter() - started
+    for code, _out, err in outputs:
+        if code != 0:
+            raise BenchError(f"{what} exited with {code}: {err[-2000:]}")
+    return wall, [out for _code, out, _err in outputs]
 
 
 def require_packages(*packages: str) -> None:
@@ -261,12 +306,14 @@ def size_label(n: int) -> str:
 
 
 def select_scenarios(patterns: Sequence[str], scenarios: Sequence[Scenario]) -> list[Scenario]:
+    """The scenarios ``--only`` names (globs; ``all`` for every one), in canonical order;
+    without ``--only``, the default ones."""
     if not patterns:
-        return list(scenarios)
+        return [s for s in scenarios if s.default]
     wanted = [p.strip() for item in patterns for p in item.split(",") if p.strip()]
     chosen: list[Scenario] = []
     for pattern in wanted:
-        hits = [s for s in scenarios if fnmatch.fnmatchcase(s.name, pattern)]
+        hits = [s for s in scenarios if pattern == "all" or fnmatch.fnmatchcase(s.name, pattern)]
         if not hits:
             names = ", ".join(s.name for s in scenarios)
             raise SystemExit(f"bench: error: no scenario matches {pattern!r} (have: {names})")
@@ -302,6 +349,9 @@ def run_rounds(
             for key, sample in samples.items():
                 series[key].samples.append(sample)
             on_sample(round_no, scenario, samples)
+    for scenario in scenarios:
+        if scenario.finish is not None and scenario.name not in unavailable:
+            scenario.finish(series)
     return unavailable
 
 

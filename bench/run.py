@@ -35,9 +35,12 @@ from bench.catalog import (
     build_ratios,
     build_scenarios,
     explain_file,
+    extra_results,
     header_lines,
     notes,
     peers,
+    save_reference,
+    summary_markdown,
 )
 from bench.db import may_checkpoint, server_info
 from bench.harness import (
@@ -141,6 +144,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="JSON results file (default: bench/results/latest.json); the claim-vs-backlog "
         "EXPLAIN goes to the same directory",
     )
+    p.add_argument(
+        "--save-reference",
+        action="store_true",
+        help="write this run's plain-drain figures to bench/reference/drain.json, the "
+        "reference later runs are compared with (needs drain-raw and drain-leaseq)",
+    )
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     args = p.parse_args(argv)
     for name in (
@@ -168,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ratios = build_ratios(args.backlogs)
     if args.list:
         for s in all_scenarios:
-            print(f"{s.name:20}  {s.description}")
+            print(f"{s.name:24}  {'' if s.default else '(opt-in) '}{s.description}")
         return 0
     scenarios = select_scenarios(args.only, all_scenarios)
     out: pathlib.Path = args.out
@@ -209,12 +218,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     header, tail = header_lines(series, settings), notes(series, settings)
     print(render(series, settings, info, ratios, unavailable, header, tail))
+    table = summary_markdown(series, settings, info)
+    if table:
+        print("\n" + table)
     out.parent.mkdir(parents=True, exist_ok=True)
     results = results_json(
         series, settings, info, ratios, unavailable, peers(settings), explain_file(series, settings)
     )
+    results.update(extra_results(series))
+    results["summary_markdown"] = table
+    results["summary_markdown_compact"] = summary_markdown(series, settings, info, compact=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {out}")
+    if args.save_reference:
+        try:
+            path = save_reference(series, results)
+        except BenchError as exc:
+            print(f"bench: error: {exc}", file=sys.stderr)
+            return 1
+        print(f"reference: {path}")
     return 0
 
 

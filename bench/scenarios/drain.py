@@ -1,127 +1,198 @@
-"""Drain scenarios: the raw-SQL drain limit (``drain-raw``), a real ``leaseq worker
---burst`` (``drain-leaseq``) and its two-process form (``drain-leaseq-2p``), with the
-ratios that compare them."""
+"""Drain scenarios: the raw-SQL drain limit (``drain-raw``: the best of several process
+counts and batch sizes) and real ``leaseq worker --burst`` drains with async and sync no-op
+handlers at 1 and 2 processes (``drain-leaseq``, ``drain-leaseq-sync``, ``-2p``), with the
+ratios that compare them.
+
+Every drain is timed on two clocks, the same for every system: **start-up excluded** (the
+database's clock, from the first claim to the last completion: ``bench.db.drain_clock``)
+and **process wall** (from spawning the first process to the exit of the last one).
+"""
 
 from __future__ import annotations
 
-import os
-import time
+import dataclasses
+import json
+import statistics
+import sys
 
-from bench.db import (
-    check_drained,
-    claim_and_complete,
-    claim_params,
-    connect,
-    fill_queue,
-    fresh_schema,
-)
+from bench.db import check_drained, drain_clock, fill_queue, fresh_schema
 from bench.harness import (
+    SYNC_TASK,
+    TASK,
     BenchError,
     Metric,
     Ratio,
     Sample,
     Scenario,
+    Series,
     Settings,
     leaseq_root,
     run_burst_worker,
+    run_processes,
+    worker_env,
 )
-from leaseq.sql import Queries
+
+RAW_PROCESSES = (1, 2, 4)  # raw drain processes, one connection each
+RAW_BATCHES = (100, 10)  # claim sizes of the raw drain
+CLOCKS = {"db": "start-up excluded", "wall": "process wall"}
+RAW_LIMIT = "drain-raw-limit"  # metric key prefix: the best raw configuration, per clock
+
+
+def raw_key(processes: int, batch: int, clock: str) -> str:
+    return f"drain-raw-{processes}p-b{batch}-{clock}"
+
+
+def raw_config(key: str) -> str:
+    """``drain-raw-4p-b100-db`` -> ``4 processes, batch 100``."""
+    procs, batch = key.removeprefix("drain-raw-").split("-")[:2]
+    n = int(procs.removesuffix("p"))
+    return f"{n} process{'es' if n > 1 else ''}, batch {batch.removeprefix('b')}"
 
 
 def drain_raw(settings: Settings) -> dict[str, Sample]:
-    """One autocommit connection, leaseq's own claim_jobs and complete_jobs texts, no
-    asyncio, no pool, no Lease objects: the floor under any worker built on these
-    statements."""
-    with fresh_schema(settings.dsn, "drain-raw") as client:
-        fill_queue(settings.dsn, client, settings.jobs)
-        queries = Queries(client.schema)
-        claim, complete = queries["claim_jobs"], queries["complete_jobs"]
-        params = claim_params(f"bench-raw:{os.getpid()}", settings.batch)
-        done = 0
-        with connect(settings.dsn) as conn:
-            # The best this loop can do, as the worker does it: generic plans only (under
-            # the default the claim is re-planned at every execution).
-            conn.execute("SET plan_cache_mode = force_generic_plan")
-            started = time.perf_counter()
-            while n := claim_and_complete(conn, claim, complete, params)[0]:
-                done += n
-            elapsed = time.perf_counter() - started
-        check_drained(settings.dsn, client.schema, settings.jobs)
-    return {"drain-raw": Sample(done, elapsed)}
+    """The raw limit: ``python -m bench.rawdrain`` (leaseq's claim_jobs + fenced
+    complete_jobs in a tight loop, one connection each) at every process count and batch."""
+    samples: dict[str, Sample] = {}
+    for batch in RAW_BATCHES:
+        for processes in RAW_PROCESSES:
+            with fresh_schema(settings.dsn, "drain-raw") as client:
+                fill_queue(settings.dsn, client, settings.jobs)
+                command = [sys.executable, "-P", "-m", "bench.rawdrain"]
+                command += ["--schema", client.schema, "--batch", str(batch)]
+                env = worker_env(settings.dsn, client.schema)
+                wall, outputs = run_processes([command] * processes, env)
+                processed = sum(int(json.loads(o.splitlines()[-1])["processed"]) for o in outputs)
+                if processed != settings.jobs:
+                    raise BenchError(f"raw drain processed {processed} of {settings.jobs}")
+                check_drained(settings.dsn, client.schema, settings.jobs)
+                db = drain_clock(settings.dsn, client.schema)
+            samples[raw_key(processes, batch, "db")] = Sample(processed, db)
+            samples[raw_key(processes, batch, "wall")] = Sample(processed, wall)
+    return samples
 
 
-def drain_leaseq(settings: Settings) -> dict[str, Sample]:
-    """A real ``leaseq worker --burst`` subprocess; wall time and the worker's own figure."""
-    with fresh_schema(settings.dsn, "drain-leaseq") as client:
-        fill_queue(settings.dsn, client, settings.jobs)
-        wall, lines = run_burst_worker(settings, client.schema)
-        match = lines[0]
-        processed = int(match["jobs"])
-        if processed != settings.jobs or int(match["succeeded"]) != settings.jobs:
-            raise BenchError(f"worker processed {processed} of {settings.jobs}: {match[0]}")
-        # The printed rate has more significant digits than the printed seconds.
-        own_seconds = processed / float(match["rate"])
-        check_drained(settings.dsn, client.schema, settings.jobs)
-    return {
-        "drain-leaseq-own": Sample(processed, own_seconds),
-        "drain-leaseq-wall": Sample(processed, wall),
-    }
+def best_raw(series: dict[str, Series], clock: str) -> str | None:
+    """The raw configuration with the highest median on ``clock``, or None if none ran."""
+    keys = [raw_key(p, b, clock) for b in RAW_BATCHES for p in RAW_PROCESSES]
+    ran = [k for k in keys if k in series and series[k].samples]
+    if not ran:
+        return None
+    return max(ran, key=lambda k: statistics.median(series[k].figures()))
 
 
-def drain_leaseq_2p(settings: Settings) -> dict[str, Sample]:
-    """``leaseq worker --burst --processes 2``: the supervisor and its two children, wall
-    time only. Each child prints its own 'processed' line; together they must cover N."""
-    with fresh_schema(settings.dsn, "drain-leaseq-2p") as client:
-        fill_queue(settings.dsn, client, settings.jobs)
+def finish_raw(series: dict[str, Series]) -> None:
+    """After all the rounds: the raw limit, per clock, is its best configuration."""
+    for clock in CLOCKS:
+        best = best_raw(series, clock)
+        target = series.get(f"{RAW_LIMIT}-{clock}")
+        if best is None or target is None:
+            continue
+        target.samples = list(series[best].samples)
+        label = f"raw limit, {CLOCKS[clock]} = best: {raw_config(best)}"
+        target.metric = dataclasses.replace(target.metric, label=label)
+
+
+def leaseq_drain(settings: Settings, name: str, task: str, processes: int) -> dict[str, Sample]:
+    """A real ``leaseq worker --burst`` (``--processes N`` above 1) on N no-op jobs."""
+    with fresh_schema(settings.dsn, name) as client:
+        fill_queue(settings.dsn, client, settings.jobs, task=task)
+        options = ("--processes", str(processes)) if processes > 1 else ()
         # The supervisor starts its children as `python -m leaseq` without -P, so their
         # sys.path begins with the working directory: run them in the directory leaseq
         # was imported from, so they import the same leaseq as this process.
-        wall, lines = run_burst_worker(
-            settings, client.schema, "--processes", "2", cwd=leaseq_root()
-        )
+        wall, lines = run_burst_worker(settings, client.schema, *options, cwd=leaseq_root())
         processed = sum(int(m["jobs"]) for m in lines)
         succeeded = sum(int(m["succeeded"]) for m in lines)
-        if len(lines) != 2 or processed != settings.jobs or succeeded != settings.jobs:
+        if len(lines) != processes or processed != settings.jobs or succeeded != settings.jobs:
             raise BenchError(
-                f"2 worker processes processed {processed} of {settings.jobs}: "
+                f"{processes} worker process(es) processed {processed} of {settings.jobs}: "
                 + "; ".join(m[0] for m in lines)
             )
         check_drained(settings.dsn, client.schema, settings.jobs)
-    return {"drain-leaseq-2p-wall": Sample(processed, wall)}
+        db = drain_clock(settings.dsn, client.schema)
+    return {f"{name}-db": Sample(processed, db), f"{name}-wall": Sample(processed, wall)}
+
+
+def drain_scenario(name: str, task: str, processes: int, what: str) -> Scenario:
+    def fn(settings: Settings) -> dict[str, Sample]:
+        return leaseq_drain(settings, name, task, processes)
+
+    flag = f" --processes {processes}" if processes > 1 else ""
+    return Scenario(
+        name,
+        f"`leaseq worker --burst{flag}` draining N no-op jobs, {what} handler",
+        tuple(
+            Metric(f"{name}-{clock}", name, f"leaseq {what}, {processes}p, {label}")
+            for clock, label in CLOCKS.items()
+        ),
+        fn,
+    )
 
 
 RAW = Scenario(
     "drain-raw",
-    "raw-SQL drain limit: claim_jobs + complete_jobs in a loop on one connection",
-    (Metric("drain-raw", "drain-raw", "claim_jobs+complete_jobs loop, 1 conn"),),
-    drain_raw,
-)
-LEASEQ = Scenario(
-    "drain-leaseq",
-    "`leaseq worker --burst` subprocess draining the same N no-op jobs",
+    "raw-SQL drain limit: claim_jobs + complete_jobs loops, 1/2/4 processes, batch 100/10",
     (
-        Metric("drain-leaseq-wall", "drain-leaseq", "worker, wall (startup included)"),
-        Metric("drain-leaseq-own", "drain-leaseq", "worker, its own figure (startup excluded)"),
+        *(
+            Metric(
+                raw_key(p, b, clock),
+                "drain-raw",
+                f"raw {raw_config(raw_key(p, b, clock))}, {label}",
+            )
+            for b in RAW_BATCHES
+            for p in RAW_PROCESSES
+            for clock, label in CLOCKS.items()
+        ),
+        *(
+            Metric(f"{RAW_LIMIT}-{c}", "drain-raw", f"raw limit, {label}")
+            for c, label in CLOCKS.items()
+        ),
     ),
-    drain_leaseq,
+    drain_raw,
+    finish=finish_raw,
 )
-TWO_PROCESSES = Scenario(
-    "drain-leaseq-2p",
-    "`leaseq worker --burst --processes 2` draining the same N no-op jobs",
-    (Metric("drain-leaseq-2p-wall", "drain-leaseq-2p", "--processes 2, wall (startup included)"),),
-    drain_leaseq_2p,
-)
+ASYNC_1P = drain_scenario("drain-leaseq", TASK, 1, "async")
+SYNC_1P = drain_scenario("drain-leaseq-sync", SYNC_TASK, 1, "sync")
+ASYNC_2P = drain_scenario("drain-leaseq-2p", TASK, 2, "async")
+SYNC_2P = drain_scenario("drain-leaseq-sync-2p", SYNC_TASK, 2, "sync")
 
-RATIOS = (
-    Ratio(
-        "leaseq drain / raw drain (worker's own figure; target >= 0.65)",
-        "drain-leaseq-own",
-        "drain-raw",
-    ),
-    Ratio("leaseq drain / raw drain (wall, startup included)", "drain-leaseq-wall", "drain-raw"),
-    Ratio(
-        "leaseq drain, 2 processes / 1 process (wall)",
-        "drain-leaseq-2p-wall",
-        "drain-leaseq-wall",
-    ),
-)
+
+def _ratios() -> list[Ratio]:
+    out: list[Ratio] = []
+    targets = {
+        ("drain-leaseq", "db"): " (target >= 0.5)",
+        ("drain-leaseq-2p", "db"): " (target >= 0.65)",
+    }
+    for name, what in (
+        ("drain-leaseq", "async 1p"),
+        ("drain-leaseq-2p", "async 2p"),
+        ("drain-leaseq-sync", "sync 1p"),
+        ("drain-leaseq-sync-2p", "sync 2p"),
+    ):
+        for clock, label in CLOCKS.items():
+            out.append(
+                Ratio(
+                    f"leaseq {what} / raw limit, {label}{targets.get((name, clock), '')}",
+                    f"{name}-{clock}",
+                    f"{RAW_LIMIT}-{clock}",
+                )
+            )
+    for p, suffix in ((1, ""), (2, "-2p")):
+        for clock, label in CLOCKS.items():
+            target = " (target >= 0.8)" if clock == "db" else ""
+            out.append(
+                Ratio(
+                    f"leaseq sync / async, {p}p, {label}{target}",
+                    f"drain-leaseq-sync{suffix}-{clock}",
+                    f"drain-leaseq{suffix}-{clock}",
+                )
+            )
+    out.append(
+        Ratio("leaseq async 2p / 1p, start-up excluded", "drain-leaseq-2p-db", "drain-leaseq-db")
+    )
+    return out
+
+
+RATIOS = tuple(_ratios())
+SCENARIOS_1P = (ASYNC_1P, SYNC_1P)
+SCENARIOS_2P = (ASYNC_2P, SYNC_2P)

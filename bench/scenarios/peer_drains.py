@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,11 +34,10 @@ from bench.harness import (
     package_version,
     ran,
     require_packages,
+    run_processes,
     worker_pythonpath,
 )
 from bench.peers import DSN_ENV
-
-PEER_TIMEOUT = 600.0  # longest a peer's setup or drain subprocess may take
 
 
 def pgqueuer_concurrency(settings: Settings) -> int:
@@ -48,45 +45,41 @@ def pgqueuer_concurrency(settings: Settings) -> int:
     return max(settings.concurrency, 2 * settings.batch)
 
 
-def run_peer(settings: Settings, peer: str, *args: str) -> tuple[float, str]:
-    """``python -P -m bench.peers PEER ARGS``: (wall seconds, its stdout)."""
+def peer_env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
     env[DSN_ENV] = settings.dsn  # by env, not argv: keeps a password out of `ps`
     env["PYTHONPATH"] = worker_pythonpath(env.get("PYTHONPATH", ""))
-    command = [sys.executable, "-P", "-m", "bench.peers", peer, *args]
-    started = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            command,
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=PEER_TIMEOUT,
-        )
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"{peer} {args[0]} took more than {PEER_TIMEOUT:g} s") from None
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise BenchError(
-            f"{peer} {args[0]} exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}"
-        )
-    return wall, proc.stdout
+    return env
+
+
+def peer_command(peer: str, *args: str) -> list[str]:
+    return [sys.executable, "-P", "-m", "bench.peers", peer, *args]
+
+
+def run_peer(settings: Settings, peer: str, *args: str) -> tuple[float, str]:
+    """``python -P -m bench.peers PEER ARGS``: (wall seconds, its stdout)."""
+    wall, outputs = run_processes([peer_command(peer, *args)], peer_env(settings), REPO_ROOT)
+    return wall, outputs[0]
 
 
 @dataclass(frozen=True)
 class PeerDrain:
-    wall: float  # seconds from the subprocess's start to its exit
-    own: float  # seconds the subprocess measured itself (startup excluded)
+    wall: float  # seconds from the first subprocess's start to the last one's exit
+    own: float  # the longest time a subprocess measured itself (startup excluded)
     last_handler: float | None  # ... from the same start until the last handler returned
 
 
 def drain_peer(
-    settings: Settings, peer: str, schema: str, jobs: int, tables: Sequence[str], *options: str
+    settings: Settings,
+    peer: str,
+    schema: str,
+    jobs: int,
+    tables: Sequence[str],
+    *options: str,
+    processes: int = 1,
 ) -> PeerDrain:
     """Fill the peer's queue (untimed), VACUUM (ANALYZE) its tables as before every drain,
-    then drain it with the peer's worker."""
+    then drain it with ``processes`` of the peer's workers started at once."""
     run_peer(settings, peer, "setup", "--schema", schema, "--jobs", str(jobs))
     with connect(settings.dsn) as conn:
         conn.execute(
@@ -94,21 +87,32 @@ def drain_peer(
                 sql.SQL(", ").join(sql.Identifier(schema, t) for t in tables)
             )
         )
-    wall, out = run_peer(settings, peer, "drain", "--schema", schema, *options)
-    lines = out.strip().splitlines()
-    try:
-        report = json.loads(lines[-1])
-        processed, own = int(report["processed"]), float(report["seconds"])
-        last = report.get("last_handler")
-        last_handler = None if last is None else float(last)
-    except (IndexError, ValueError, KeyError, TypeError, AttributeError):
-        raise BenchError(f"{peer} drain printed no report: {out[-2000:]!r}") from None
+    command = peer_command(peer, "drain", "--schema", schema, *options)
+    wall, outputs = run_processes([command] * processes, peer_env(settings), REPO_ROOT)
+    processed, own, last_handler = 0, 0.0, None
+    for out in outputs:
+        lines = out.strip().splitlines()
+        try:
+            report = json.loads(lines[-1])
+            processed += int(report["processed"])
+            own = max(own, float(report["seconds"]))
+            last = report.get("last_handler")
+            if last is not None:
+                last_handler = max(last_handler or 0.0, float(last))
+        except (IndexError, ValueError, KeyError, TypeError, AttributeError):
+            raise BenchError(f"{peer} drain printed no report: {out[-2000:]!r}") from None
     if processed != jobs:
         raise BenchError(f"{peer}'s handler ran {processed} times for {jobs} jobs")
     return PeerDrain(wall, own, last_handler)
 
 
-def drain_pgqueuer_driver(settings: Settings, driver: str) -> PeerDrain:
+@dataclass(frozen=True)
+class PgqDrain:
+    drain: PeerDrain
+    db: float  # start-up excluded, on the database's clock (see drain_pgqueuer_driver)
+
+
+def drain_pgqueuer_driver(settings: Settings, driver: str, processes: int = 1) -> PgqDrain:
     require_packages("pgqueuer", driver)
     with empty_schema(settings.dsn, "drain-pgqueuer") as schema:
         options = (
@@ -120,32 +124,49 @@ def drain_pgqueuer_driver(settings: Settings, driver: str) -> PeerDrain:
             str(pgqueuer_concurrency(settings)),
         )
         tables = ("pgqueuer", "pgqueuer_log")
-        result = drain_peer(settings, "pgqueuer", schema, settings.jobs, tables, *options)
-        # A finished job is deleted from the queue table and logged as 'successful'.
+        result = drain_peer(
+            settings, "pgqueuer", schema, settings.jobs, tables, *options, processes=processes
+        )
+        # A finished job is deleted from the queue table and logged as 'successful'. The
+        # database's clock, as for leaseq (bench.db.drain_clock): from the first 'picked'
+        # log row (written by the dequeue statement) to the last 'successful' one (written
+        # by the completion), each stamped with its transaction's start.
         query = sql.SQL(
             "SELECT (SELECT count(*) FROM {queue}), "
             "(SELECT count(DISTINCT job_id) FROM {log} WHERE status = 'successful'), "
-            "(SELECT count(*) FROM {log} WHERE status NOT IN ('queued', 'picked', 'successful'))"
+            "(SELECT count(*) FROM {log} WHERE status NOT IN ('queued', 'picked', 'successful')), "
+            "(SELECT extract(epoch FROM max(created) FILTER (WHERE status = 'successful') "
+            "  - min(created) FILTER (WHERE status = 'picked'))::float8 FROM {log})"
         ).format(queue=sql.Identifier(schema, "pgqueuer"), log=sql.Identifier(schema, tables[1]))
         with connect(settings.dsn) as conn:
             row = conn.execute(query).fetchone()
-    left, succeeded, other = row if row is not None else (-1, -1, -1)
-    if left != 0 or succeeded != settings.jobs or other != 0:
+    left, succeeded, other, db = row if row is not None else (-1, -1, -1, None)
+    if left != 0 or succeeded != settings.jobs or other != 0 or not db:
         raise BenchError(
             f"pgqueuer drain left work undone: {succeeded} of {settings.jobs} jobs logged "
             f"successful, {left} still queued, {other} other log rows"
         )
-    return result
+    return PgqDrain(result, float(db))
 
 
-def drain_pgqueuer(settings: Settings) -> dict[str, Sample]:
-    """pgqueuer's own worker (``pgqueuer.run``, as ``pgq run``) with its asyncpg driver,
-    the one pgqueuer recommends for throughput."""
-    result = drain_pgqueuer_driver(settings, "asyncpg")
-    return {
-        "drain-pgqueuer-own": Sample(settings.jobs, result.own),
-        "drain-pgqueuer-wall": Sample(settings.jobs, result.wall),
-    }
+def pgqueuer_scenario(name: str, processes: int) -> Scenario:
+    def fn(settings: Settings) -> dict[str, Sample]:
+        result = drain_pgqueuer_driver(settings, "asyncpg", processes)
+        return {
+            f"{name}-db": Sample(settings.jobs, result.db),
+            f"{name}-wall": Sample(settings.jobs, result.drain.wall),
+        }
+
+    return Scenario(
+        name,
+        f"pgqueuer's own worker (asyncpg driver), {processes} process"
+        f"{'es' if processes > 1 else ''} at once, draining the same N no-op jobs",
+        (
+            Metric(f"{name}-db", name, f"pgqueuer, {processes}p, start-up excluded"),
+            Metric(f"{name}-wall", name, f"pgqueuer, {processes}p, process wall"),
+        ),
+        fn,
+    )
 
 
 def drain_pgqueuer_psycopg(settings: Settings) -> dict[str, Sample]:
@@ -153,7 +174,7 @@ def drain_pgqueuer_psycopg(settings: Settings) -> dict[str, Sample]:
     That driver LISTENs on its one connection and waits on it with a 1 s timeout, so once
     the queue is empty and no NOTIFY comes, each of the worker's last statements waits up
     to 1 s for the connection: a tail of ~4 s. The third figure leaves it out."""
-    result = drain_pgqueuer_driver(settings, "psycopg")
+    result = drain_pgqueuer_driver(settings, "psycopg").drain
     if result.last_handler is None:
         raise BenchError("pgqueuer drain did not report when its last handler returned")
     return {
@@ -210,19 +231,20 @@ def peer_summary(settings: Settings) -> dict[str, dict[str, Any]]:
 def peer_header(series: dict[str, Series], settings: Settings) -> list[str]:
     peers = peer_summary(settings)
     lines = []
-    if ran(series, "drain-pgqueuer") or ran(series, "drain-pgqueuer-psycopg"):
+    asyncpg_ran = ran(series, "drain-pgqueuer") or ran(series, "drain-pgqueuer-2p")
+    if asyncpg_ran or ran(series, "drain-pgqueuer-psycopg"):
         p = peers["pgqueuer"]
         drivers = ", ".join(
             f"{name} {p[name]}"
-            for name, scenario in (
-                ("asyncpg", "drain-pgqueuer"),
-                ("psycopg", "drain-pgqueuer-psycopg"),
+            for name, did in (
+                ("asyncpg", asyncpg_ran),
+                ("psycopg", ran(series, "drain-pgqueuer-psycopg")),
             )
-            if ran(series, scenario)
+            if did
         )
         loop = f"uvloop {p['uvloop']}" if p["uvloop"] else "asyncio loop"
         lines.append(
-            f"pgqueuer {p['version']}: QueueManager on 1 connection ({drivers}), "
+            f"pgqueuer {p['version']}: QueueManager on 1 connection per process ({drivers}), "
             f"batch_size={p['batch_size']} max_concurrent_tasks={p['max_concurrent_tasks']}, "
             f"{loop}, durability=durable, N={p['jobs']:,}"
         )
@@ -235,20 +257,10 @@ def peer_header(series: dict[str, Series], settings: Settings) -> list[str]:
     return lines
 
 
-SCENARIOS = (
-    Scenario(
-        "drain-pgqueuer",
-        "pgqueuer's own worker (asyncpg driver) draining the same N no-op jobs",
-        (
-            Metric("drain-pgqueuer-wall", "drain-pgqueuer", "asyncpg driver, wall"),
-            Metric(
-                "drain-pgqueuer-own",
-                "drain-pgqueuer",
-                "asyncpg driver, its own figure (startup excluded)",
-            ),
-        ),
-        drain_pgqueuer,
-    ),
+PGQUEUER_1P = pgqueuer_scenario("drain-pgqueuer", 1)
+PGQUEUER_2P = pgqueuer_scenario("drain-pgqueuer-2p", 2)
+
+OTHERS = (  # opt-in: --only drain-pgqueuer-psycopg,drain-procrastinate
     Scenario(
         "drain-pgqueuer-psycopg",
         "pgqueuer's own worker (psycopg 3 driver) draining the same N no-op jobs",
@@ -266,6 +278,7 @@ SCENARIOS = (
             ),
         ),
         drain_pgqueuer_psycopg,
+        default=False,
     ),
     Scenario(
         "drain-procrastinate",
@@ -281,23 +294,40 @@ SCENARIOS = (
             ),
         ),
         drain_procrastinate,
+        default=False,
     ),
 )
 
-RATIOS = (
-    Ratio(
-        "leaseq drain / pgqueuer drain, asyncpg (own figures; target >= 2)",
-        "drain-leaseq-own",
-        "drain-pgqueuer-own",
-    ),
-    Ratio(
-        "leaseq drain / pgqueuer drain, psycopg (own figures)",
-        "drain-leaseq-own",
-        "drain-pgqueuer-psycopg-own",
-    ),
-    Ratio(
-        "leaseq drain / procrastinate drain (own figures; N differs)",
-        "drain-leaseq-own",
-        "drain-procrastinate-own",
-    ),
-)
+
+def _ratios() -> list[Ratio]:
+    """leaseq against pgqueuer at the same process count, on the same clock."""
+    out = []
+    for p, suffix in ((1, ""), (2, "-2p")):
+        for kind, task in (("async", ""), ("sync", "-sync")):
+            for clock, label in (("db", "start-up excluded"), ("wall", "process wall")):
+                target = " (target >= 2)" if (p, kind, clock) == (2, "async", "db") else ""
+                out.append(
+                    Ratio(
+                        f"leaseq {kind} {p}p / pgqueuer {p}p, {label}{target}",
+                        f"drain-leaseq{task}{suffix}-{clock}",
+                        f"drain-pgqueuer{suffix}-{clock}",
+                    )
+                )
+    out.append(
+        Ratio(
+            "leaseq async 1p / pgqueuer psycopg driver (wall)",
+            "drain-leaseq-wall",
+            "drain-pgqueuer-psycopg-wall",
+        )
+    )
+    out.append(
+        Ratio(
+            "leaseq async 1p / procrastinate (wall; N differs)",
+            "drain-leaseq-wall",
+            "drain-procrastinate-wall",
+        )
+    )
+    return out
+
+
+RATIOS = tuple(_ratios())

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from bench import summary
 from bench.catalog import build_ratios, build_scenarios
 from bench.harness import WORKER_LINE, Metric, Ratio, Sample, Series, round_ratios, select_scenarios
+from bench.probe import ProbeResult
+from bench.scenarios import regression
+from bench.scenarios.drain import RAW_LIMIT, best_raw, finish_raw, raw_key
 
 BACKLOG_SHAPES = [(10_000, 100_000, 1_000_000), (1000, 2000), (5,)]
 
@@ -28,13 +32,20 @@ def test_every_metric_key_is_unique_and_every_ratio_names_reported_metrics(
 def test_raw_scenarios_run_right_before_their_leaseq_twins() -> None:
     names = [s.name for s in build_scenarios()]
     for raw, twin in (
-        ("drain-raw", "drain-leaseq"),
         ("enqueue-single-raw", "enqueue-single"),
         ("enqueue-bulk-raw", "enqueue-bulk"),
     ):
         assert names.index(twin) == names.index(raw) + 1
-    # the peers drain right after drain-leaseq, in the same round
-    assert names[names.index("drain-leaseq") + 1].startswith("drain-pgqueuer")
+    # the raw limit, then each process count: pgqueuer, leaseq async, leaseq sync
+    assert names[:7] == [
+        "drain-raw",
+        "drain-pgqueuer",
+        "drain-leaseq",
+        "drain-leaseq-sync",
+        "drain-pgqueuer-2p",
+        "drain-leaseq-2p",
+        "drain-leaseq-sync-2p",
+    ]
 
 
 def test_only_keeps_the_canonical_order_whatever_the_order_asked() -> None:
@@ -42,6 +53,66 @@ def test_only_keeps_the_canonical_order_whatever_the_order_asked() -> None:
     assert [s.name for s in chosen][:3] == ["drain-raw", "enqueue-single-raw", "enqueue-single"]
     with pytest.raises(SystemExit):
         select_scenarios(["no-such-scenario"], build_scenarios())
+
+
+def test_default_run_leaves_the_heavy_scenarios_to_only() -> None:
+    default = {s.name for s in select_scenarios([], build_scenarios())}
+    assert {"drain-raw", "drain-leaseq-sync-2p", "drain-pgqueuer-2p", "drain-elsewhere"} <= default
+    assert not default & {"claim-vs-backlog", "scale-8p", "scale-100q", "drain-procrastinate"}
+    assert len(select_scenarios(["all"], build_scenarios())) == len(build_scenarios())
+
+
+def raw_series(medians: dict[str, list[float]]) -> dict[str, Series]:
+    """Series of the drain-raw scenario with the given per-round rates (1 job per sample)."""
+    scenario = build_scenarios()[0]
+    series = {m.key: Series(m) for m in scenario.metrics}
+    for key, rates in medians.items():
+        series[key].samples = [Sample(1, 1.0 / r) for r in rates]
+    return series
+
+
+def test_raw_limit_is_the_best_configuration_by_median_per_clock() -> None:
+    # One lucky round must not win: the 2-process config has the best single sample, the
+    # 4-process one the best median. The wall clock has a winner of its own.
+    series = raw_series(
+        {
+            raw_key(2, 100, "db"): [100.0, 10.0, 10.0],
+            raw_key(4, 100, "db"): [20.0, 20.0, 20.0],
+            raw_key(1, 10, "db"): [5.0, 5.0, 5.0],
+            raw_key(1, 100, "wall"): [9.0, 9.0, 9.0],
+            raw_key(4, 100, "wall"): [3.0, 3.0, 3.0],
+        }
+    )
+    assert best_raw(series, "db") == raw_key(4, 100, "db")
+    finish_raw(series)
+    assert series[f"{RAW_LIMIT}-db"].figures() == [20.0, 20.0, 20.0]
+    assert series[f"{RAW_LIMIT}-wall"].figures() == [9.0, 9.0, 9.0]
+    assert "4 processes, batch 100" in series[f"{RAW_LIMIT}-db"].metric.label
+    assert "1 process, batch 100" in series[f"{RAW_LIMIT}-wall"].metric.label
+    # every leaseq ratio then divides by the winner of the same round and clock
+    leaseq = Series(Metric("drain-leaseq-db", "drain-leaseq", "x"), [Sample(1, 1 / 10.0)] * 3)
+    series["drain-leaseq-db"] = leaseq
+    assert round_ratios(series, Ratio("r", "drain-leaseq-db", f"{RAW_LIMIT}-db")) == [0.5] * 3
+    table = summary.markdown(series)
+    assert (
+        "**raw limit (excl.)**" in table and "4 processes, one connection each, batch 100" in table
+    )
+
+
+def test_regression_note_flags_a_drop_beyond_the_budget() -> None:
+    series = raw_series({raw_key(1, 100, "db"): [100.0]})
+    finish_raw(series)
+    series["drain-leaseq-db"] = Series(
+        Metric("drain-leaseq-db", "drain-leaseq", "x"), [Sample(1, 1 / 50.0)]
+    )
+    ref = {
+        "when": "then",
+        "git": "abc",
+        "drains": {"drain-leaseq-db": {"jobs_s": 60.0, "vs_raw_limit": 0.5}},
+    }
+    assert "within budget" in "\n".join(regression.reference_lines(series, ref))
+    ref["drains"]["drain-leaseq-db"]["vs_raw_limit"] = 0.52  # now 0.50: -3.8%
+    assert "REGRESSED" in "\n".join(regression.reference_lines(series, ref))
 
 
 def test_inverse_ratio_turns_two_rates_into_a_time_ratio() -> None:
@@ -61,3 +132,18 @@ def test_worker_summary_line_is_parsed() -> None:
     match = WORKER_LINE.search(line)
     assert match is not None
     assert (match["jobs"], match["rate"], match["succeeded"]) == ("500", "2008", "500")
+
+
+def test_probe_cpu_covers_the_drain_only_and_survives_an_early_exit() -> None:
+    # The timeline holds sums over every process seen (exited ones at their last value),
+    # so the drain's CPU is the difference between the samples around its first claim
+    # and its last completion: start-up before, shutdown after are left out.
+    res = ProbeResult(
+        timeline=[(10.0, 0.5, 0.1), (11.0, 0.9, 0.3), (12.0, 1.4, 0.6), (13.0, 1.5, 0.6)]
+    )
+    worker, backends = res.cpu_between(10.5, 12.5)
+    assert (round(worker, 6), round(backends, 6)) == (0.9, 0.5)
+    assert res.cpu_between(9.0, 9.5) == (0.0, 0.0)
+    res.waits.update({"": 6, "IO:WALSync": 3, "LWLock:WALWrite": 1})
+    res.active_samples = 10
+    assert (res.share(""), res.share("IO:"), res.share("Lock:")) == (60.0, 30.0, 0.0)
