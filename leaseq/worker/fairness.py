@@ -5,6 +5,12 @@ raises each queue's credit by its weight, and the queue with most credit gets th
 pays back the total. Over time each queue gets slots in proportion to its weight, and
 even weight 1 next to weight 100 gets a slot within every 101. Pure, and stateful only in
 the credits it keeps between rounds.
+
+A round hands slots out in chunks: each claim statement is a round trip and a commit, so
+200 slots over 100 busy queues must not become 100 claims of 2 jobs. ``split(...,
+picks=N)`` gives at most N queues a share this round (chunks of ``ceil(slots / N)``); the
+credits carry over, so the long-run shares still follow the weights and no queue starves:
+with equal weights each of Q busy queues is served within every ``ceil(Q / N)`` rounds.
 """
 
 from __future__ import annotations
@@ -35,14 +41,21 @@ class WeightedShares:
         self._credit[best] -= total
         return best
 
-    def split(self, slots: int, eligible: Sequence[bool] | None = None) -> list[int]:
-        """How many of ``slots`` each queue gets this round."""
+    def split(
+        self, slots: int, eligible: Sequence[bool] | None = None, *, picks: int | None = None
+    ) -> list[int]:
+        """How many of ``slots`` each queue gets this round; with ``picks``, slots go in
+        at most that many chunks (one weighted pick each)."""
         shares = [0] * len(self._weights)
         if len(shares) == 1:  # one queue: every slot is its own, no credits to keep
             if slots and eligible is not None and not eligible[0]:
                 raise ValueError("no eligible queue")
             shares[0] = slots
             return shares
-        for _ in range(slots):
-            shares[self.next(eligible)] += 1
+        chunk = 1 if picks is None else max(1, -(-slots // max(1, picks)))
+        left = slots
+        while left > 0:
+            given = min(chunk, left)
+            shares[self.next(eligible)] += given
+            left -= given
         return shares

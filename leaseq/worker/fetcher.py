@@ -47,6 +47,9 @@ CLAIM_DATA_ERRORS: tuple[type[BaseException], ...] = (
 
 #: The shortest sleep for a rate limit's next token: a bucket never makes a worker spin.
 MIN_RATE_WAIT = 0.005
+# At most this many claim statements per round (WeightedShares.split's picks): with many
+# busy queues, slots go in chunks to a few queues a round instead of one or two to each.
+CLAIMS_PER_ROUND = 4
 
 
 class Fetcher:
@@ -233,20 +236,19 @@ class Fetcher:
         claimed = 0
         # Still returning everything asked of it (a backed-off queue sits this round out).
         hungry = [not self._backed_off(q.name) for q in queues]
+        # Ends: each pass either claims something (bounded by free) or finds every queue
+        # it tried short, which leaves them out of the next pass. So "nothing claimed"
+        # means every queue was asked this round, not just the few a chunked split picked.
         while free - claimed > 0 and any(hungry):
-            shares = self._shares.split(free - claimed, hungry)
-            progressed = False
+            shares = self._shares.split(free - claimed, hungry, picks=CLAIMS_PER_ROUND)
             for i, queue in enumerate(queues):
                 want = min(shares[i], self.config.batch_for(queue))
                 if want <= 0:
                     continue
                 leases = await self._claim(queue, want)
                 claimed += len(leases)
-                progressed = progressed or bool(leases)
                 if len(leases) < want:
                     hungry[i] = False
-            if not progressed:
-                break
         return claimed, not any(hungry)
 
     def _backed_off(self, queue: str) -> bool:
