@@ -53,9 +53,18 @@ def _configure_generic_plans(conn: Connection[Any]) -> None:
     execution (its generic estimate, with the pause and limit checks' subplans, looked
     dearer than a custom plan): 0.4 ms of planning per claim, about 15% of a raw drain
     (python -m bench: drain-raw 39.6k jobs/s auto, 45.9k with generic plans). leaseq's
-    statements are written for their indexes, whatever the parameters."""
+    statements are written for their indexes, whatever the parameters.
+
+    And no JIT: the claim's generic plan is costed for an unknown LIMIT over the whole
+    table, so once some 30,000 jobs are pending its estimate passes jit_above_cost and every
+    claim compiled about 100 functions first: 10-300 ms per claim instead of 1-2 ms (a
+    drain of 40,000 jobs went from 16k to 1.5k jobs/s). These statements read a few index
+    pages each; compiling never pays."""
     configure_json(conn)
-    conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute(
+        "SELECT set_config('plan_cache_mode', 'force_generic_plan', false),"
+        " set_config('jit', 'off', false)"
+    )
 
 
 class ClientBase:

@@ -107,10 +107,13 @@ class LeaseKeeper:
             if result.lost:
                 self.events.lost_fence("heartbeat", len(result.lost))
             for running in group:
+                # Only what is still the keeper's to police: a handler may have finished
+                # while the renewal was in flight, and then its outcome is on its way and
+                # the fence decides (a lost lease counted there, not twice).
                 if running.key in result.lost:
-                    if running in self.inflight:
+                    if running in self.inflight and running.watched:
                         self.inflight.abort(running, ErrorCode.LEASE_LOST)
                 else:
                     running.deadline = sent + seconds
-                    if running.lease.job_id in result.cancel_requested:
+                    if running.lease.job_id in result.cancel_requested and running.watched:
                         self.inflight.abort(running, ErrorCode.CANCELLED)

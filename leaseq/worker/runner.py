@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from leaseq.app import App
 from leaseq.client_async import AsyncClient
@@ -284,7 +285,34 @@ def run_worker(
             await on_ready(worker)
         return await worker.run(install_signal_handlers=install_signal_handlers)
 
-    return asyncio.run(main())
+    with collector_tuned():
+        return asyncio.run(main())
+
+
+#: The cyclic collector's youngest-generation threshold while ``run_worker`` runs (Python's
+#: default is 700 allocations).
+GC_YOUNG_THRESHOLD = 10_000
+
+
+@contextlib.contextmanager
+def collector_tuned() -> Iterator[None]:
+    """Python's cyclic garbage collector, set for a worker process, and put back after.
+
+    Each job allocates a dozen or so tracked objects (its task, coroutine, context, lease),
+    which set off a young collection every few dozen jobs and, as survivors pile up, full
+    collections that walk every object the imports left behind (some 150,000 with the
+    app, psycopg and leaseq loaded). Measured in a 20,000-job drain: about 300 young and 2
+    full collections, 0.3-0.5 s of a 1.3 s run. So the objects alive at start-up are
+    frozen (no collection looks at them again) and young collections wait for 10,000
+    allocations; a job's own objects are mostly freed by reference counting first."""
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 def exit_code(stats: WorkerStats) -> int:
