@@ -4,7 +4,9 @@ limit (the ``drain-raw`` scenario starts 1, 2 or 4 of them at once).
 On one autocommit connection it runs leaseq's own ``claim_jobs`` (``LIMIT B``) and fenced
 batch ``complete_jobs`` statements in a tight loop until a claim returns nothing: no
 asyncio, no pool, no ``Lease`` objects, no handler. The connection runs generic plans only,
-as the worker's pool does (``plan_cache_mode = force_generic_plan``). The DSN comes from
+and without JIT, as the worker's pool does (``plan_cache_mode = force_generic_plan``,
+``jit = off``: a generic claim over a big table otherwise crosses ``jit_above_cost`` and
+compiles before every execution, which would make the limit look low). The DSN comes from
 ``LEASEQ_DSN`` (never argv). It prints one JSON line, ``{"processed": N, "seconds": S}``,
 S from the first claim to the last completion as this process saw them.
 """
@@ -31,6 +33,7 @@ def drain(dsn: str, schema: str, batch: int) -> tuple[int, float]:
         # The best this loop can do, as the worker does it: generic plans only (under the
         # default the claim is re-planned at every execution).
         conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute("SET jit = off")
         started = time.perf_counter()
         while n := claim_and_complete(conn, claim, complete, params)[0]:
             done += n
