@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 12
+-- schema version: 13
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -29,7 +29,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (9, 'schedules'),
   (10, 'trace_context'),
   (11, 'limits'),
-  (12, 'workflows');
+  (12, 'workflows'),
+  (13, 'limits_cost');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -366,6 +367,9 @@ CREATE TABLE {schema}.limits (
   burst integer NOT NULL DEFAULT 1,
   updated_by text,
   updated_at timestamptz NOT NULL DEFAULT now(),
+  -- When the concurrency limit last refused a claim (version 13; admit() sets it at most
+  -- once a second): a slot freed while it is recent wakes the workers.
+  refused_at timestamptz,
   CONSTRAINT limits_name_bounded CHECK (length(name) BETWEEN 1 AND 220),
   CONSTRAINT limits_name_scoped CHECK (name ~ '^(queue|task|key):.'),
   CONSTRAINT limits_concurrency_positive CHECK (concurrency BETWEEN 1 AND 1000000),
@@ -430,6 +434,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v_picked bigint[] := '{}';
   v_full text[] := '{}';
+  v_bit text[] := '{}';
   v_pos integer := 1;
   v_total integer := coalesce(cardinality(p_candidates), 0);
   v_chunk bigint[];
@@ -444,6 +449,7 @@ DECLARE
   v_dead bigint[];
   v_alive bigint[];
   v_got bigint[];
+  v_nums integer[];
   v_lim record;
   v_t0 timestamptz;
   v_step float8;
@@ -454,6 +460,22 @@ BEGIN
     v_pos := v_pos + cardinality(v_chunk);
     -- Lock the chunk and list, per candidate, the limits it is under (a row with NULLs
     -- for a candidate under none).
+    WITH j AS MATERIALIZED (
+      SELECT x.id, u.ord, least(x.lease_token, 9223372036854775806) + 1 AS tok,
+             x.queue_name, x.task, x.limit_key
+      FROM unnest(v_chunk) WITH ORDINALITY AS u(id, ord)
+      JOIN {schema}.jobs AS x ON x.id = u.id
+      WHERE x.status = 'pending' AND NOT x.blocked AND NOT x.waiting
+        AND x.available_at <= now()
+      FOR UPDATE OF x SKIP LOCKED
+    ), k AS (
+      -- The limits looked up once per kind of job (queue, task, limit key), not per job: a
+      -- claim's jobs are of one queue and mostly of a few tasks.
+      SELECT d.queue_name, d.task, d.limit_key, l.limit_name, l.concurrency, l.rate,
+             l.per_seconds, l.burst
+      FROM (SELECT DISTINCT j.queue_name, j.task, j.limit_key FROM j) AS d
+      CROSS JOIN LATERAL {schema}.limits_of(d.queue_name, d.task, d.limit_key) AS l
+    )
     SELECT array_agg(p.id ORDER BY p.ord, p.limit_name),
            array_agg(p.tok ORDER BY p.ord, p.limit_name),
            array_agg(p.ord ORDER BY p.ord, p.limit_name),
@@ -464,16 +486,11 @@ BEGIN
            array_agg(p.burst ORDER BY p.ord, p.limit_name)
       INTO r_ids, r_toks, r_ords, r_names, r_concs, r_rates, r_pers, r_bursts
       FROM (
-        SELECT j.id, least(j.lease_token, 9223372036854775806) + 1 AS tok, j.ord,
-               l.limit_name, l.concurrency, l.rate, l.per_seconds, l.burst
-        FROM (
-          SELECT x.id, u.ord, x.lease_token, x.queue_name, x.task, x.limit_key
-          FROM unnest(v_chunk) WITH ORDINALITY AS u(id, ord)
-          JOIN {schema}.jobs AS x ON x.id = u.id
-          WHERE x.status = 'pending' AND NOT x.blocked AND x.available_at <= now()
-          FOR UPDATE OF x SKIP LOCKED
-        ) AS j
-        LEFT JOIN LATERAL {schema}.limits_of(j.queue_name, j.task, j.limit_key) AS l ON true
+        SELECT j.id, j.tok, j.ord, k.limit_name, k.concurrency, k.rate, k.per_seconds,
+               k.burst
+        FROM j
+        LEFT JOIN k ON k.queue_name = j.queue_name AND k.task = j.task
+                   AND k.limit_key IS NOT DISTINCT FROM j.limit_key
       ) AS p;
     CONTINUE WHEN r_ids IS NULL;  -- all taken or changed meanwhile
     v_dead := '{}';
@@ -494,37 +511,48 @@ BEGIN
                     WHERE h.limit_name = v_lim.name AND h.slot > v_lim.conc) THEN
         v_got := '{}';
       ELSE
-        -- The primary key decides; the search is a guess at free numbers, and the advisory
-        -- try-lock keeps two claims from waiting on each other's uncommitted slot.
-        WITH req AS (
-          SELECT r.id, r.tok, row_number() OVER () AS rn
-          FROM unnest(v_lim.ids, v_lim.toks) AS r(id, tok)
-          WHERE NOT r.id = ANY(v_dead)
-        ), free AS (
-          SELECT f.g, row_number() OVER () AS rn
-          FROM (
-            -- Numbers up to the highest held + the number wanted hold enough free ones
-            -- (the highest comes from the primary key's index; a set-returning function
-            -- in FROM is materialised whole, so its range must stay small).
-            SELECT g
-            FROM generate_series(1, least(v_lim.conc, cardinality(v_alive) + coalesce(
-                   (SELECT max(m.slot) FROM {schema}.limit_slots AS m
-                     WHERE m.limit_name = v_lim.name), 0))) AS g
-            WHERE NOT EXISTS (SELECT 1 FROM {schema}.limit_slots AS t
-                              WHERE t.limit_name = v_lim.name AND t.slot = g)
-              AND pg_try_advisory_xact_lock(
-                    hashtextextended('leaseq.slot.' || v_lim.name || '#' || g, 0))
-            LIMIT cardinality(v_alive)
-          ) AS f
-        ), ins AS (
+        -- The primary key decides; the search is a guess at free numbers: the lowest ones,
+        -- searched lazily (a set-returning function in the select list yields row by row,
+        -- so LIMIT stops the search), passing over a number held (committed) or being taken
+        -- by a claim in flight (its advisory lock, held until that claim commits). So
+        -- concurrent claims take different numbers and never wait on each other's slot.
+        v_nums := ARRAY(
+          SELECT n.g
+          FROM (SELECT generate_series(1, v_lim.conc) AS g) AS n
+          WHERE CASE
+            WHEN EXISTS (SELECT 1 FROM {schema}.limit_slots AS t
+                         WHERE t.limit_name = v_lim.name AND t.slot = n.g) THEN false
+            ELSE pg_try_advisory_xact_lock(
+                   hashtextextended('leaseq.slot.' || v_lim.name || '#' || n.g, 0))
+          END
+          LIMIT cardinality(v_alive));
+        -- A plain insert (cheaper than ON CONFLICT). It fails only when a claim that
+        -- committed after the search's snapshot took one of the numbers (rare): then the
+        -- same numbers again, each taken only if still free.
+        BEGIN
           INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
-          SELECT v_lim.name, free.g, req.id, req.tok FROM req JOIN free USING (rn)
-          ON CONFLICT DO NOTHING
-          RETURNING job_id
-        )
-        SELECT coalesce(array_agg(job_id), '{}') INTO v_got FROM ins;
+          SELECT v_lim.name, f.g, r.id, r.tok
+          FROM unnest(v_nums) WITH ORDINALITY AS f(g, rn)
+          JOIN (SELECT q.id, q.tok, row_number() OVER () AS rn
+                FROM unnest(v_lim.ids, v_lim.toks) AS q(id, tok)
+                WHERE NOT q.id = ANY(v_dead)) AS r USING (rn);
+          v_got := v_alive[1 : cardinality(v_nums)];
+        EXCEPTION WHEN unique_violation THEN
+          WITH ins AS (
+            INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
+            SELECT v_lim.name, f.g, r.id, r.tok
+            FROM unnest(v_nums) WITH ORDINALITY AS f(g, rn)
+            JOIN (SELECT q.id, q.tok, row_number() OVER () AS rn
+                  FROM unnest(v_lim.ids, v_lim.toks) AS q(id, tok)
+                  WHERE NOT q.id = ANY(v_dead)) AS r USING (rn)
+            ON CONFLICT DO NOTHING
+            RETURNING job_id
+          )
+          SELECT coalesce(array_agg(job_id), '{}') INTO v_got FROM ins;
+        END;
       END IF;
       IF cardinality(v_got) < cardinality(v_alive) THEN
+        v_bit := v_bit || v_lim.name;
         v_full := v_full || v_lim.name;
         v_dead := v_dead || ARRAY(SELECT a FROM unnest(v_alive) AS a WHERE NOT a = ANY(v_got));
       END IF;
@@ -588,6 +616,18 @@ BEGIN
     );
     EXIT WHEN EXISTS (SELECT 1 FROM unnest(v_full) AS f WHERE left(f, 6) = 'queue:');
   END LOOP;
+  -- A concurrency limit refused a claim: mark it (at most once a second, never waiting on
+  -- another claim's mark), so the statements that free its slots wake the workers.
+  IF cardinality(v_bit) > 0 THEN
+    UPDATE {schema}.limits AS l SET refused_at = now()
+    WHERE l.name IN (
+      SELECT m.name FROM {schema}.limits AS m
+      WHERE (m.name = ANY(v_bit)
+             OR m.name = ANY(ARRAY(SELECT regexp_replace(b, '[^:]*$', '*')
+                                   FROM unnest(v_bit) AS b)))
+        AND (m.refused_at IS NULL OR m.refused_at < now() - interval '1 second')
+      FOR UPDATE SKIP LOCKED);
+  END IF;
   RETURN v_picked;
 END
 $$;
