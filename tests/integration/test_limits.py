@@ -275,7 +275,7 @@ def test_limits_list_shows_slots_waiting_and_bucket(client: leaseq.Client) -> No
     client.claim("q", worker="w", limit=10)
     by_name = {x.name: x for x in client.limits()}
     assert by_name["queue:q"].in_use == 2 and by_name["queue:q"].waiting == 3
-    assert by_name["key:cust:*"].in_use == 2 and by_name["key:cust:*"].waiting is None
+    assert by_name["key:cust:*"].in_use == 2 and by_name["key:cust:*"].waiting == 3
     events = client.admin_events()
     assert any(e.action == "limit_set" and e.value == "queue:q" for e in events)
     assert client.remove_limit("queue:q", actor="ops")
@@ -377,3 +377,106 @@ def test_concurrent_claims_never_overspend_a_bucket_and_never_deadlock(
     assert rows(
         dsn, "SELECT count(*) FROM {s}.jobs WHERE status = 'pending' AND attempt_count > 0", schema
     ) == [(0,)]
+
+
+def _notifications(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    return [n.payload for n in conn.notifies(timeout=0.3, stop_after=10)]
+
+
+def test_a_slot_freed_of_a_limit_that_refused_wakes_the_workers_and_a_limit_never_reached_is_silent(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Boundary: a worker refused by a concurrency limit, with no enqueue to wake it. The
+    # statement that frees the slot must NOTIFY its queue; a limit that never refused sends
+    # nothing, so it costs the completions no notification.
+    client.set_limit("queue:q", concurrency=1)
+    client.set_limit("queue:roomy", concurrency=1000)
+    for _ in range(2):
+        client.enqueue("t", None, queue="q")
+        client.enqueue("t", None, queue="roomy")
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{client.channel}"')
+        roomy = client.claim("roomy", worker="w", limit=10)
+        assert len(roomy) == 2 and all(x.limited for x in roomy)
+        _notifications(listener)  # the enqueues' own
+        assert client.complete_many(roomy) == {x.job_id for x in roomy}
+        assert _notifications(listener) == []
+        held = client.claim("q", worker="w", limit=10)
+        assert len(held) == 1
+        assert client.claim("q", worker="w2", limit=10) == []  # refused: the limit bites
+        assert client.complete(held[0])
+        assert _notifications(listener) == ["q"]
+    assert len(client.claim("q", worker="w2", limit=10)) == 1
+
+
+def test_a_claim_in_flight_does_not_make_a_roomy_limit_refuse_another_claim(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Boundary: two claims under one limit far from full, the first not yet committed. Its
+    # slot numbers are taken (advisory locks) but invisible; the second must take the next
+    # free numbers, not find "its" numbers busy and refuse.
+    client.set_limit("queue:q", concurrency=100)
+    client.enqueue_many([{"task": "t", "queue": "q"} for _ in range(4)])
+    with psycopg.connect(dsn) as first:  # a transaction left open
+        a = client.claim("q", worker="a", limit=2, connection=first)
+        b = client.claim("q", worker="b", limit=2)
+        assert len(a) == 2 and len(b) == 2
+        first.commit()
+    held = _slots(dsn, schema)
+    assert sorted(s[1] for s in held) == [1, 2, 3, 4]
+    assert sorted(s[2] for s in held) == sorted(x.job_id for x in a + b)
+
+
+def test_a_limited_lease_completes_in_one_statement_and_a_stale_one_frees_nothing(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    client.set_limit("queue:q", concurrency=2)
+    first, second = (int(client.enqueue("t", i, queue="q")) for i in range(2))
+    got = client.claim("q", worker="w", limit=2)
+    stale = next(x for x in got if x.job_id == first)
+    expire_lease(dsn, schema, first)
+    assert client.sweep(policies={"t": FAST}).requeued == 1
+    time.sleep(0.02)  # the retry's back-off (FAST: at most 10 ms)
+    again = client.claim("q", worker="w2", limit=2)
+    assert [x.job_id for x in again] == [first]
+    # The stale lease's completion is refused by the fence and frees nothing.
+    assert client.complete_many([stale]) == set()
+    assert sorted(s[2] for s in _slots(dsn, schema)) == [first, second]
+    assert client.complete_many(again + [x for x in got if x.job_id == second]) == {
+        first,
+        second,
+    }
+    assert _slots(dsn, schema) == []
+
+
+def test_a_limited_lease_that_gained_a_dependent_completes_and_promotes_it(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Boundary: the one-statement completion of limited leases skips jobs with dependents;
+    # a dependent enqueued after the claim must still be promoted (the coordinated path).
+    client.set_limit("queue:q", concurrency=5)
+    parent = int(client.enqueue("t", 1, queue="q"))
+    (lease,) = client.claim("q", worker="w", limit=1)
+    assert lease.limited and not lease.has_dependents
+    child = int(client.enqueue("t", 2, queue="q", depends_on=[parent]))
+    assert client.complete(lease)
+    assert _slots(dsn, schema) == []
+    job = client.get_job(child)
+    assert job is not None and job.status is JobStatus.PENDING
+    assert [x.job_id for x in client.claim("q", worker="w", limit=5)] == [child]
+
+
+def test_limits_list_counts_the_jobs_waiting_on_a_family(client: leaseq.Client) -> None:
+    client.set_limit("key:cust:*", concurrency=1)
+    client.set_limit("key:cust:vip", concurrency=5)  # its own limit: not the family's
+    client.set_limit("queue:*", concurrency=50)
+    for key in ["cust:a", "cust:a", "cust:b", "cust:vip", "other:x"]:
+        client.enqueue("t", None, queue="q", limit_key=key)
+    by_name = {x.name: x for x in client.limits()}
+    assert by_name["key:cust:*"].waiting == 3
+    assert by_name["key:cust:vip"].waiting == 1
+    assert by_name["queue:*"].waiting == 5
+    client.claim("q", worker="w", limit=10)
+    by_name = {x.name: x for x in client.limits()}
+    # cust:a and cust:b got their one slot each; the second cust:a waits.
+    assert by_name["key:cust:*"].in_use == 2 and by_name["key:cust:*"].waiting == 1
