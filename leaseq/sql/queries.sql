@@ -591,6 +591,32 @@ SELECT id,
 FROM upd
 RETURNING job_id, to_status::text;
 
+-- name: fail_limited_jobs
+-- fail_jobs for leases claimed under limits (no unique key, no dependents): the same
+-- fenced failure and event row, and the lease's slots given back (_slots_release), in one
+-- statement. Rows missing from RETURNING are tried with fail_keyed_jobs by the client.
+WITH d AS (
+  {_failure_input}
+), upd AS (
+  {_failure_applied}
+    AND NOT j.has_dependents
+    AND j.unique_key IS NULL
+  RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
+            d.class, d.reason, j.cancel_requested_at IS NOT NULL AS cancel_asked
+), {_slots_release}
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
+   error_class, detail)
+SELECT id,
+       CASE status WHEN 'pending' THEN 'retry_scheduled' WHEN 'dead' THEN 'dead'
+                   ELSE 'cancelled' END,
+       'running', status, owner, lease_token, attempt_count, code, class,
+       left(CASE WHEN status = 'cancelled' AND cancel_asked THEN 'cancel requested'
+                 ELSE reason END
+            || coalesce(': ' || detail, ''), 4000)
+FROM upd
+RETURNING job_id, to_status::text;
+
 -- name: fail_keyed_jobs
 -- fail_jobs for leases of jobs with a unique key. Two differences: a job whose key moved
 -- to a follow-up (superseded) and would be retried ends cancelled with SUPERSEDED instead,

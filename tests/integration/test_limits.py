@@ -480,3 +480,17 @@ def test_limits_list_counts_the_jobs_waiting_on_a_family(client: leaseq.Client) 
     by_name = {x.name: x for x in client.limits()}
     # cust:a and cust:b got their one slot each; the second cust:a waits.
     assert by_name["key:cust:*"].in_use == 2 and by_name["key:cust:*"].waiting == 1
+
+
+def test_a_limited_lease_that_gained_a_dependent_fails_dead_and_cancels_it(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # As above for the one-statement failure of limited leases (fail_limited_jobs).
+    client.set_limit("queue:q", concurrency=5)
+    parent = int(client.enqueue("t", 1, queue="q"))
+    (lease,) = client.claim("q", worker="w", limit=1)
+    child = int(client.enqueue("t", 2, queue="q", depends_on=[parent]))
+    assert client.fail(lease, "BOOM", retryable=False)
+    assert _slots(dsn, schema) == []
+    assert _status(client, parent) == (JobStatus.DEAD, 1)
+    assert _status(client, child) == (JobStatus.CANCELLED, 0)

@@ -33,6 +33,8 @@ DECLARE
   v_dead bigint[];
   v_alive bigint[];
   v_got bigint[];
+  r_uniq bigint[];
+  v_rated boolean;
   v_nums integer[];
   v_lim record;
   v_t0 timestamptz;
@@ -67,8 +69,13 @@ BEGIN
            array_agg(p.concurrency ORDER BY p.ord, p.limit_name),
            array_agg(p.rate ORDER BY p.ord, p.limit_name),
            array_agg(p.per_seconds ORDER BY p.ord, p.limit_name),
-           array_agg(p.burst ORDER BY p.ord, p.limit_name)
-      INTO r_ids, r_toks, r_ords, r_names, r_concs, r_rates, r_pers, r_bursts
+           array_agg(p.burst ORDER BY p.ord, p.limit_name),
+           -- The locked candidates once each, in claim order, and whether any is under a
+           -- rate limit: the common cases skip the rate steps and the re-sort below.
+           (SELECT array_agg(j.id ORDER BY j.ord) FROM j),
+           coalesce(bool_or(p.rate IS NOT NULL), false)
+      INTO r_ids, r_toks, r_ords, r_names, r_concs, r_rates, r_pers, r_bursts, r_uniq,
+           v_rated
       FROM (
         SELECT j.id, j.tok, j.ord, k.limit_name, k.concurrency, k.rate, k.per_seconds,
                k.burst
@@ -141,63 +148,69 @@ BEGIN
         v_dead := v_dead || ARRAY(SELECT a FROM unnest(v_alive) AS a WHERE NOT a = ANY(v_got));
       END IF;
     END LOOP;
-    -- Rates: per limit (bucket locked), how many of its live requesters it admits now
-    -- (GCRA), in claim order; then each bucket is charged for its requesters still alive
-    -- (never more than it admitted), so a candidate refused by one rate costs no other.
-    FOR v_lim IN
-      SELECT q.name, min(q.rate) AS rate, min(q.per) AS per, min(q.burst) AS burst,
-             array_agg(q.id ORDER BY q.ord) AS ids
-      FROM unnest(r_ids, r_ords, r_names, r_rates, r_pers, r_bursts)
-             AS q(id, ord, name, rate, per, burst)
-      WHERE q.rate IS NOT NULL
-      GROUP BY q.name
-      ORDER BY q.name
-    LOOP
-      v_alive := ARRAY(SELECT a FROM unnest(v_lim.ids) AS a WHERE NOT a = ANY(v_dead));
-      CONTINUE WHEN cardinality(v_alive) = 0;
-      v_step := v_lim.per / v_lim.rate;
-      v_m := 0;
-      -- A bucket another claim holds right now is passed over, not waited for (its
-      -- candidates stay pending): a claim never waits on another claim, so claims taking
-      -- buckets in different orders cannot deadlock.
-      IF NOT v_lim.name = ANY(v_full)
-         AND pg_try_advisory_xact_lock(hashtextextended('leaseq.bucket.' || v_lim.name, 0))
-      THEN
-        INSERT INTO {schema}.rate_buckets (limit_name, tat) VALUES (v_lim.name, now())
-        ON CONFLICT DO NOTHING;
-        SELECT greatest(b.tat, now()) INTO v_t0 FROM {schema}.rate_buckets AS b
-        WHERE b.limit_name = v_lim.name FOR UPDATE;
-        -- Admits i = 0..m-1 while (t0 + i*step) - now <= (burst - 1) * step.
-        v_m := least(cardinality(v_alive), greatest(0, floor(
-                 ((v_lim.burst - 1) * v_step - extract(epoch FROM v_t0 - now())) / v_step
-                 + 1e-9)::integer + 1));
-      END IF;
-      IF v_m < cardinality(v_alive) THEN
-        v_full := v_full || v_lim.name;
-        v_dead := v_dead || v_alive[v_m + 1 :];
-      END IF;
-    END LOOP;
-    FOR v_lim IN
-      SELECT q.name, min(q.per / q.rate) AS step, count(*) AS n
-      FROM unnest(r_ids, r_names, r_rates, r_pers) AS q(id, name, rate, per)
-      WHERE q.rate IS NOT NULL AND NOT q.id = ANY(v_dead)
-      GROUP BY q.name
-    LOOP
-      UPDATE {schema}.rate_buckets
-      SET tat = greatest(tat, now()) + make_interval(secs => v_lim.step * v_lim.n)
-      WHERE limit_name = v_lim.name;
-    END LOOP;
+    IF v_rated THEN
+      -- Rates: per limit (bucket locked), how many of its live requesters it admits now
+      -- (GCRA), in claim order; then each bucket is charged for its requesters still alive
+      -- (never more than it admitted), so a candidate refused by one rate costs no other.
+      FOR v_lim IN
+        SELECT q.name, min(q.rate) AS rate, min(q.per) AS per, min(q.burst) AS burst,
+               array_agg(q.id ORDER BY q.ord) AS ids
+        FROM unnest(r_ids, r_ords, r_names, r_rates, r_pers, r_bursts)
+               AS q(id, ord, name, rate, per, burst)
+        WHERE q.rate IS NOT NULL
+        GROUP BY q.name
+        ORDER BY q.name
+      LOOP
+        v_alive := ARRAY(SELECT a FROM unnest(v_lim.ids) AS a WHERE NOT a = ANY(v_dead));
+        CONTINUE WHEN cardinality(v_alive) = 0;
+        v_step := v_lim.per / v_lim.rate;
+        v_m := 0;
+        -- A bucket another claim holds right now is passed over, not waited for (its
+        -- candidates stay pending): a claim never waits on another claim, so claims taking
+        -- buckets in different orders cannot deadlock.
+        IF NOT v_lim.name = ANY(v_full)
+           AND pg_try_advisory_xact_lock(hashtextextended('leaseq.bucket.' || v_lim.name, 0))
+        THEN
+          INSERT INTO {schema}.rate_buckets (limit_name, tat) VALUES (v_lim.name, now())
+          ON CONFLICT DO NOTHING;
+          SELECT greatest(b.tat, now()) INTO v_t0 FROM {schema}.rate_buckets AS b
+          WHERE b.limit_name = v_lim.name FOR UPDATE;
+          -- Admits i = 0..m-1 while (t0 + i*step) - now <= (burst - 1) * step.
+          v_m := least(cardinality(v_alive), greatest(0, floor(
+                   ((v_lim.burst - 1) * v_step - extract(epoch FROM v_t0 - now())) / v_step
+                   + 1e-9)::integer + 1));
+        END IF;
+        IF v_m < cardinality(v_alive) THEN
+          v_full := v_full || v_lim.name;
+          v_dead := v_dead || v_alive[v_m + 1 :];
+        END IF;
+      END LOOP;
+      FOR v_lim IN
+        SELECT q.name, min(q.per / q.rate) AS step, count(*) AS n
+        FROM unnest(r_ids, r_names, r_rates, r_pers) AS q(id, name, rate, per)
+        WHERE q.rate IS NOT NULL AND NOT q.id = ANY(v_dead)
+        GROUP BY q.name
+      LOOP
+        UPDATE {schema}.rate_buckets
+        SET tat = greatest(tat, now()) + make_interval(secs => v_lim.step * v_lim.n)
+        WHERE limit_name = v_lim.name;
+      END LOOP;
+    END IF;
     -- Refused candidates give back the slots they took here.
     IF cardinality(v_dead) > 0 THEN
       DELETE FROM {schema}.limit_slots AS s
       USING unnest(r_ids, r_toks) AS d(id, tok)
       WHERE s.job_id = d.id AND s.lease_token = d.tok AND d.id = ANY(v_dead);
     END IF;
-    v_picked := v_picked || ARRAY(
-      SELECT a.id FROM unnest(r_ids, r_ords) AS a(id, ord)
-      WHERE NOT a.id = ANY(v_dead)
-      GROUP BY a.id ORDER BY min(a.ord)
-    );
+    IF cardinality(v_dead) = 0 THEN
+      v_picked := v_picked || r_uniq;
+    ELSE
+      v_picked := v_picked || ARRAY(
+        SELECT a.id FROM unnest(r_uniq) WITH ORDINALITY AS a(id, ord)
+        WHERE NOT a.id = ANY(v_dead)
+        ORDER BY a.ord
+      );
+    END IF;
     EXIT WHEN EXISTS (SELECT 1 FROM unnest(v_full) AS f WHERE left(f, 6) = 'queue:');
   END LOOP;
   -- A concurrency limit refused a claim: mark it (at most once a second, never waiting on
