@@ -423,7 +423,7 @@ def test_a_claim_in_flight_does_not_make_a_roomy_limit_refuse_another_claim(
         assert len(a) == 2 and len(b) == 2
         first.commit()
     held = _slots(dsn, schema)
-    assert sorted(s[1] for s in held) == [1, 2, 3, 4]
+    assert len({s[1] for s in held}) == 4
     assert sorted(s[2] for s in held) == sorted(x.job_id for x in a + b)
 
 

@@ -2,9 +2,12 @@
 --
 -- admit() (the claim's limited path, migration 0011) again, with the same decisions and
 -- less work: the limits of a chunk are looked up once per kind of job (queue, task, limit
--- key) instead of once per job, and free slot numbers are searched lazily from 1 up,
--- passing over numbers a claim in flight is taking, so concurrent claims under a limit
--- that is far from full do not refuse each other.
+-- key) instead of once per job; free slot numbers are searched lazily from a point that
+-- moves with the job ids (so a limit far from full does not probe the same numbers and
+-- their dead index entries claim after claim), passing over numbers a claim in flight is
+-- taking, so concurrent claims under a limit far from full do not refuse each other; the
+-- slots go in with a plain INSERT (ON CONFLICT only after a conflict); the rate steps are
+-- skipped when no candidate is under a rate limit.
 --
 -- limits.refused_at: when a concurrency limit last refused a claim (set by admit(), at most
 -- once a second). A slot freed while it is recent (the last 5 minutes) sends a NOTIFY from
@@ -36,6 +39,7 @@ DECLARE
   r_uniq bigint[];
   v_rated boolean;
   v_nums integer[];
+  v_start integer;
   v_lim record;
   v_t0 timestamptz;
   v_step float8;
@@ -102,17 +106,24 @@ BEGIN
                     WHERE h.limit_name = v_lim.name AND h.slot > v_lim.conc) THEN
         v_got := '{}';
       ELSE
-        -- The primary key decides; the search is a guess at free numbers: the lowest ones,
-        -- searched lazily (a set-returning function in the select list yields row by row,
-        -- so LIMIT stops the search), passing over a number held (committed) or being taken
-        -- by a claim in flight (its advisory lock, held until that claim commits). So
-        -- concurrent claims take different numbers and never wait on each other's slot.
+        -- The primary key decides; the search is a guess at free numbers, searched lazily
+        -- (a set-returning function in the select list yields row by row, so LIMIT stops
+        -- the search), passing over a number held (committed) or being taken by a claim in
+        -- flight (its advisory lock, held until that claim commits): concurrent claims take
+        -- different numbers and never wait on each other's slot. The search starts at the
+        -- first candidate's id (mod the limit) and wraps around: under a limit far from full,
+        -- successive claims take fresh numbers instead of probing the same few again, whose
+        -- index entries pile up dead versions (a slot row is inserted and deleted per job)
+        -- until a vacuum. One index probe per number (OFFSET 0 keeps the planner from
+        -- hashing every slot of the limit, dead versions included, instead).
+        v_start := (r_uniq[1] % v_lim.conc)::integer;
         v_nums := ARRAY(
           SELECT n.g
-          FROM (SELECT generate_series(1, v_lim.conc) AS g) AS n
+          FROM (SELECT (v_start + generate_series(0, v_lim.conc - 1)) % v_lim.conc + 1 AS g)
+               AS n
           WHERE CASE
             WHEN EXISTS (SELECT 1 FROM {schema}.limit_slots AS t
-                         WHERE t.limit_name = v_lim.name AND t.slot = n.g) THEN false
+                         WHERE t.limit_name = v_lim.name AND t.slot = n.g OFFSET 0) THEN false
             ELSE pg_try_advisory_xact_lock(
                    hashtextextended('leaseq.slot.' || v_lim.name || '#' || n.g, 0))
           END
