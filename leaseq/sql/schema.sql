@@ -430,7 +430,12 @@ $$;
 -- the later candidates at once, and a full queue limit ends the scan.
 CREATE FUNCTION {schema}.admit(p_candidates bigint[], p_want integer)
 RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Its plans are cached for the session, made when limit_slots may still be nearly empty:
+-- a sequential scan planned then would be run per slot number probed, over every dead slot
+-- row left since the last vacuum. With this, each probe is an index lookup.
+SET enable_seqscan = off
+AS $$
 DECLARE
   v_picked bigint[] := '{}';
   v_full text[] := '{}';
@@ -479,14 +484,11 @@ BEGIN
       FROM (SELECT DISTINCT j.queue_name, j.task, j.limit_key FROM j) AS d
       CROSS JOIN LATERAL {schema}.limits_of(d.queue_name, d.task, d.limit_key) AS l
     )
-    SELECT array_agg(p.id ORDER BY p.ord, p.limit_name),
-           array_agg(p.tok ORDER BY p.ord, p.limit_name),
-           array_agg(p.ord ORDER BY p.ord, p.limit_name),
-           array_agg(p.limit_name ORDER BY p.ord, p.limit_name),
-           array_agg(p.concurrency ORDER BY p.ord, p.limit_name),
-           array_agg(p.rate ORDER BY p.ord, p.limit_name),
-           array_agg(p.per_seconds ORDER BY p.ord, p.limit_name),
-           array_agg(p.burst ORDER BY p.ord, p.limit_name),
+    -- The rows come sorted once from the subquery (its ORDER BY feeds the aggregates in
+    -- that order), rather than each array_agg sorting its own copy.
+    SELECT array_agg(p.id), array_agg(p.tok), array_agg(p.ord), array_agg(p.limit_name),
+           array_agg(p.concurrency), array_agg(p.rate), array_agg(p.per_seconds),
+           array_agg(p.burst),
            -- The locked candidates once each, in claim order, and whether any is under a
            -- rate limit: the common cases skip the rate steps and the re-sort below.
            (SELECT array_agg(j.id ORDER BY j.ord) FROM j),
@@ -499,6 +501,7 @@ BEGIN
         FROM j
         LEFT JOIN k ON k.queue_name = j.queue_name AND k.task = j.task
                    AND k.limit_key IS NOT DISTINCT FROM j.limit_key
+        ORDER BY j.ord, k.limit_name
       ) AS p;
     CONTINUE WHEN r_ids IS NULL;  -- all taken or changed meanwhile
     v_dead := '{}';
@@ -635,7 +638,9 @@ BEGIN
         ORDER BY a.ord
       );
     END IF;
-    EXIT WHEN EXISTS (SELECT 1 FROM unnest(v_full) AS f WHERE left(f, 6) = 'queue:');
+    IF cardinality(v_full) > 0 THEN
+      EXIT WHEN EXISTS (SELECT 1 FROM unnest(v_full) AS f WHERE left(f, 6) = 'queue:');
+    END IF;
   END LOOP;
   -- A concurrency limit refused a claim: mark it (at most once a second, never waiting on
   -- another claim's mark), so the statements that free its slots wake the workers.
