@@ -420,6 +420,30 @@ LANGUAGE sql STABLE AS $$
   ORDER BY n.key
 $$;
 
+-- Up to p_n free slot numbers of a limit, searched lazily from p_start (wrapping around at
+-- p_conc): one index probe per number (OFFSET 0 keeps the planner from hashing every slot
+-- of the limit, dead versions included, instead), passing over numbers held (committed) or
+-- being taken by a claim in flight (the advisory lock this takes, held until commit).
+-- PL/pgSQL so that its plan is cached for the session.
+CREATE FUNCTION {schema}.free_slots(p_name text, p_conc integer, p_start integer,
+                                    p_n integer)
+RETURNS integer[]
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+  RETURN ARRAY(
+    SELECT n.g
+    FROM (SELECT (p_start + generate_series(0, p_conc - 1)) % p_conc + 1 AS g) AS n
+    WHERE CASE
+      WHEN EXISTS (SELECT 1 FROM {schema}.limit_slots AS t
+                   WHERE t.limit_name = p_name AND t.slot = n.g OFFSET 0) THEN false
+      ELSE pg_try_advisory_xact_lock(hashtextextended('leaseq.slot.' || p_name || '#' || n.g, 0))
+    END
+    LIMIT p_n);
+END
+$$;
+
 -- The claim's limited path: of the candidates (in claim order, read but not locked by the
 -- caller), lock a chunk at a time (SKIP LOCKED, re-checked that each is still claimable)
 -- and keep the first p_want that get a slot of every concurrency limit and then a token of
@@ -431,9 +455,9 @@ $$;
 CREATE FUNCTION {schema}.admit(p_candidates bigint[], p_want integer)
 RETURNS bigint[]
 LANGUAGE plpgsql
--- Its plans are cached for the session, made when limit_slots may still be nearly empty:
--- a sequential scan planned then would be run per slot number probed, over every dead slot
--- row left since the last vacuum. With this, each probe is an index lookup.
+-- Its plans are cached for the session and may be made while limit_slots is nearly empty:
+-- a sequential scan planned then would read every dead slot row left since the last vacuum,
+-- call after call. With this its statements take the indexes.
 SET enable_seqscan = off
 AS $$
 DECLARE
@@ -524,29 +548,31 @@ BEGIN
       ELSE
         -- The primary key decides; the search is a guess at free numbers, searched lazily
         -- (a set-returning function in the select list yields row by row, so LIMIT stops
-        -- the search), passing over a number held (committed) or being taken by a claim in
-        -- flight (its advisory lock, held until that claim commits): concurrent claims take
-        -- different numbers and never wait on each other's slot. The search starts at the
-        -- first candidate's id (mod the limit) and wraps around: under a limit far from full,
-        -- successive claims take fresh numbers instead of probing the same few again, whose
-        -- index entries pile up dead versions (a slot row is inserted and deleted per job)
-        -- until a vacuum. One index probe per number (OFFSET 0 keeps the planner from
-        -- hashing every slot of the limit, dead versions included, instead).
+        -- the search), passing over a number being taken by a claim in flight (its
+        -- advisory lock, held until that claim commits): concurrent claims take different
+        -- numbers and never wait on each other's slot. The search starts at the first
+        -- candidate's id (mod the limit) and wraps around, so successive claims take fresh
+        -- numbers rather than the same few again, whose index entries pile up dead versions
+        -- (a slot row is inserted and deleted per job) until a vacuum.
         v_start := (r_uniq[1] % v_lim.conc)::integer;
-        v_nums := ARRAY(
-          SELECT n.g
-          FROM (SELECT (v_start + generate_series(0, v_lim.conc - 1)) % v_lim.conc + 1 AS g)
-               AS n
-          WHERE CASE
-            WHEN EXISTS (SELECT 1 FROM {schema}.limit_slots AS t
-                         WHERE t.limit_name = v_lim.name AND t.slot = n.g OFFSET 0) THEN false
-            ELSE pg_try_advisory_xact_lock(
-                   hashtextextended('leaseq.slot.' || v_lim.name || '#' || n.g, 0))
-          END
-          LIMIT cardinality(v_alive));
-        -- A plain insert (cheaper than ON CONFLICT). It fails only when a claim that
-        -- committed after the search's snapshot took one of the numbers (rare): then the
-        -- same numbers again, each taken only if still free.
+        IF v_lim.conc >= 8 * cardinality(v_alive) THEN
+          -- A limit with room to spare: the numbers ahead are almost surely free, and the
+          -- insert's own unique check is the probe (a held one fails it, see below).
+          v_nums := ARRAY(
+            SELECT n.g
+            FROM (SELECT (v_start + generate_series(0, v_lim.conc - 1)) % v_lim.conc + 1
+                         AS g) AS n
+            WHERE pg_try_advisory_xact_lock(
+                    hashtextextended('leaseq.slot.' || v_lim.name || '#' || n.g, 0))
+            LIMIT cardinality(v_alive));
+        ELSE
+          v_nums := {schema}.free_slots(v_lim.name, v_lim.conc, v_start,
+                                        cardinality(v_alive));
+        END IF;
+        -- A plain insert (cheaper than ON CONFLICT). It fails when a number is held after
+        -- all (a guess without probes, or a claim that committed after the search's
+        -- snapshot): then a search that probes each number, and an insert that skips any
+        -- number taken meanwhile.
         BEGIN
           INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
           SELECT v_lim.name, f.g, r.id, r.tok
@@ -556,6 +582,8 @@ BEGIN
                 WHERE NOT q.id = ANY(v_dead)) AS r USING (rn);
           v_got := v_alive[1 : cardinality(v_nums)];
         EXCEPTION WHEN unique_violation THEN
+          v_nums := {schema}.free_slots(v_lim.name, v_lim.conc, v_start,
+                                        cardinality(v_alive));
           WITH ins AS (
             INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
             SELECT v_lim.name, f.g, r.id, r.tok

@@ -494,3 +494,24 @@ def test_a_limited_lease_that_gained_a_dependent_fails_dead_and_cancels_it(
     assert _slots(dsn, schema) == []
     assert _status(client, parent) == (JobStatus.DEAD, 1)
     assert _status(client, child) == (JobStatus.CANCELLED, 0)
+
+
+def test_a_guessed_slot_number_that_is_held_falls_back_to_the_search_and_still_admits(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Boundary: under a limit with room to spare the claim inserts the numbers ahead of its
+    # first candidate's id without probing them; one of them held must not fail the claim
+    # or double a slot: the insert's unique check refuses it and a probing search follows.
+    client.set_limit("queue:q", concurrency=100)
+    first = int(client.enqueue("t", 1, queue="q"))
+    second = int(client.enqueue("t", 2, queue="q"))
+    (held,) = client.claim("q", worker="w", limit=1)
+    assert held.job_id == first
+    guess = second % 100 + 1  # where the second claim's search starts
+    moved = "UPDATE {s}.limit_slots SET slot = %s WHERE job_id = %s RETURNING job_id"
+    assert rows(dsn, moved, schema, guess, first) == [(first,)]
+    (got,) = client.claim("q", worker="w", limit=1)
+    assert got.job_id == second
+    slots = _slots(dsn, schema)
+    assert sorted(s[2] for s in slots) == [first, second]
+    assert len({s[1] for s in slots}) == 2 and guess in {s[1] for s in slots}
