@@ -4,14 +4,17 @@ its token. Each test names the boundary it breaks and the invariant that must su
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from typing import Any
 
 import psycopg
 import pytest
 
 import leaseq
 from leaseq import ConfigError, JobStatus, RateLimit
+from leaseq.worker.listener import LISTENER_APPLICATION_NAME
 from tests.support.helpers import expire_lease, rows
 
 FAST = leaseq.RetryPolicy(base=0.001, cap=0.01)
@@ -515,3 +518,50 @@ def test_a_guessed_slot_number_that_is_held_falls_back_to_the_search_and_still_a
     slots = _slots(dsn, schema)
     assert sorted(s[2] for s in slots) == [first, second]
     assert len({s[1] for s in slots}) == 2 and guess in {s[1] for s in slots}
+
+
+async def test_a_worker_held_back_by_a_limit_claims_when_another_process_frees_the_slot(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """Boundary: the slot is held by someone else (here a client's lease), so this worker
+    frees nothing itself, and it polls once an hour. The completion elsewhere must wake it."""
+    app = leaseq.App(dsn, schema=schema)
+    ran = asyncio.Event()
+
+    @app.task(name="limited")
+    async def limited(ctx: leaseq.JobContext, payload: Any) -> None:
+        ran.set()
+
+    client.set_limit("queue:default", concurrency=1)
+    client.enqueue("limited", 1)
+    (held,) = client.claim(worker="elsewhere", limit=1)
+    client.enqueue("limited", 2)
+    worker = leaseq.Worker(app, leaseq.WorkerConfig(poll_interval=3600, lease_seconds=30))
+    run = asyncio.create_task(worker.run())
+    try:
+
+        def refused_and_listening() -> bool:
+            found = rows(
+                dsn,
+                "SELECT (SELECT refused_at IS NOT NULL FROM {s}.limits"
+                "        WHERE name = 'queue:default'),"
+                " EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+                "         AND query LIKE %s AND state = 'idle')",
+                schema,
+                LISTENER_APPLICATION_NAME,
+                f"LISTEN %{client.channel}%",
+            )
+            return bool(found[0][0] and found[0][1])
+
+        for _ in range(500):
+            if refused_and_listening():
+                break
+            await asyncio.sleep(0.02)
+        assert refused_and_listening()
+        await asyncio.sleep(0.2)  # the worker settles into its hour-long wait
+        assert not ran.is_set()
+        assert await asyncio.to_thread(client.complete, held)
+        await asyncio.wait_for(ran.wait(), 10)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, 10)
