@@ -324,9 +324,13 @@ def test_limit_metrics_show_slots_waiting_jobs_and_rate_wait(client: leaseq.Clie
 
     client.set_limit("queue:q", concurrency=2)
     client.set_limit("key:api", rate=RateLimit(1, per=3600))
+    client.set_limit("key:cust:*", concurrency=1)
     for i in range(3):
         client.enqueue("t", i, queue="q")
+    for _ in range(2):
+        client.enqueue("t", None, queue="fam", limit_key="cust:a")
     client.claim("q", worker="w", limit=10)
+    client.claim("fam", worker="w", limit=10)
     assert client.rate_consume("key:api")
     registry = database_registry(
         lambda: (client.queue_stats(), {**client.database_health(), "limits": client.limits()})
@@ -335,6 +339,9 @@ def test_limit_metrics_show_slots_waiting_jobs_and_rate_wait(client: leaseq.Clie
     assert 'leaseq_limit_slots_in_use{limit="queue:q"} 2.0' in text
     assert 'leaseq_limit_concurrency{limit="queue:q"} 2.0' in text
     assert 'leaseq_limit_waiting_jobs{limit="queue:q"} 1.0' in text
+    # A family's gauges too (its waiting jobs were not computed before).
+    assert 'leaseq_limit_slots_in_use{limit="key:cust:*"} 1.0' in text
+    assert 'leaseq_limit_waiting_jobs{limit="key:cust:*"} 1.0' in text
     wait = [
         x
         for x in text.splitlines()
