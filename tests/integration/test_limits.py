@@ -506,12 +506,11 @@ def test_a_limited_lease_that_gained_a_dependent_fails_dead_and_cancels_it(
     assert _status(client, child) == (JobStatus.CANCELLED, 0)
 
 
-def test_a_guessed_slot_number_that_is_held_falls_back_to_the_search_and_still_admits(
+def test_a_held_slot_number_where_the_search_starts_is_passed_over(
     client: leaseq.Client, dsn: str, schema: str
 ) -> None:
-    # Boundary: under a limit with room to spare the claim inserts the numbers ahead of its
-    # first candidate's id without probing them; one of them held must not fail the claim
-    # or double a slot: the insert's unique check refuses it and a probing search follows.
+    # Boundary: the slot search starts at the first candidate's id (mod the limit); a number
+    # held there must be passed over, not doubled and not fail the claim.
     client.set_limit("queue:q", concurrency=100)
     first = int(client.enqueue("t", 1, queue="q"))
     second = int(client.enqueue("t", 2, queue="q"))

@@ -133,33 +133,18 @@ BEGIN
                     WHERE h.limit_name = v_lim.name AND h.slot > v_lim.conc) THEN
         v_got := '{}';
       ELSE
-        -- The primary key decides; the search is a guess at free numbers, searched lazily
-        -- (a set-returning function in the select list yields row by row, so LIMIT stops
-        -- the search), passing over a number being taken by a claim in flight (its
-        -- advisory lock, held until that claim commits): concurrent claims take different
-        -- numbers and never wait on each other's slot. The search starts at the first
+        -- The primary key decides; free_slots() is a guess at free numbers, passing over
+        -- numbers held or being taken by a claim in flight. It starts at the first
         -- candidate's id (mod the limit) and wraps around, so successive claims take fresh
         -- numbers rather than the same few again, whose index entries pile up dead versions
         -- (a slot row is inserted and deleted per job) until a vacuum.
         v_start := (r_uniq[1] % v_lim.conc)::integer;
-        IF v_lim.conc >= 8 * cardinality(v_alive) THEN
-          -- A limit with room to spare: the numbers ahead are almost surely free, and the
-          -- insert's own unique check is the probe (a held one fails it, see below).
-          v_nums := ARRAY(
-            SELECT n.g
-            FROM (SELECT (v_start + generate_series(0, v_lim.conc - 1)) % v_lim.conc + 1
-                         AS g) AS n
-            WHERE pg_try_advisory_xact_lock(
-                    hashtextextended('leaseq.slot.' || v_lim.name || '#' || n.g, 0))
-            LIMIT cardinality(v_alive));
-        ELSE
-          v_nums := {schema}.free_slots(v_lim.name, v_lim.conc, v_start,
-                                        cardinality(v_alive));
-        END IF;
-        -- A plain insert (cheaper than ON CONFLICT). It fails when a number is held after
-        -- all (a guess without probes, or a claim that committed after the search's
-        -- snapshot): then a search that probes each number, and an insert that skips any
-        -- number taken meanwhile.
+        -- Probed, not guessed: inserting over a slot whose delete is not yet committed
+        -- would wait for that transaction, and a claim never waits on another.
+        v_nums := {schema}.free_slots(v_lim.name, v_lim.conc, v_start, cardinality(v_alive));
+        -- A plain insert (cheaper than ON CONFLICT). It fails only when a claim that
+        -- committed after the search's snapshot took one of the numbers (rare): then the
+        -- search again, and an insert that skips any number taken meanwhile.
         BEGIN
           INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
           SELECT v_lim.name, f.g, r.id, r.tok
