@@ -1,4 +1,4 @@
--- leaseq schema, version 13: limits that cost (almost) nothing until they bite.
+-- leaseq schema, version 13: limits that cost less until they bite, and wake workers when they do.
 --
 -- admit() (the claim's limited path, migration 0011) again, with the same decisions and
 -- less work: the limits of a chunk are looked up once per kind of job (queue, task, limit
