@@ -1,4 +1,4 @@
--- leaseq schema, version 13: limits that cost less until they bite, and wake workers when they do.
+-- leaseq schema, version 13: cheaper limits, and a wake-up when a refusing limit frees a slot.
 --
 -- admit() (the claim's limited path, migration 0011) again, with the same decisions and
 -- less work: the limits of a chunk are looked up once per kind of job (queue, task, limit
