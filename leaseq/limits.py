@@ -58,9 +58,10 @@ class Limit(Printable):
     burst: int
     updated_by: str | None
     updated_at: dt.datetime
-    #: Slots held now (over every key of a family).
+    #: Slots held now (a family: over its keys that have no limit of their own).
     in_use: int
-    #: Pending claimable jobs under this limit (exact names only; None for a family).
+    #: Pending claimable jobs under this limit (a family: of its keys that have no limit of
+    #: their own). Typed optional for readers of older rows; leaseq always fills it.
     waiting: int | None
     #: Seconds until its rate bucket admits one more claim (0: now; None: no rate).
     rate_wait: float | None

@@ -252,15 +252,17 @@ METRICS: tuple[MetricSpec, ...] = (
         "gauge",
         ("limit",),
         "database",
-        "Slots of each concurrency limit held by running jobs (a family: over all its keys).",
+        "Slots of each concurrency limit held by running jobs (a family: over its keys that "
+        "have no limit of their own).",
     ),
     MetricSpec(
         "leaseq_limit_waiting_jobs",
         "gauge",
         ("limit",),
         "database",
-        "Claimable jobs under each limit (not families) that are still pending: held back "
-        "while its slots are in use or its rate admits no more.",
+        "Claimable jobs under each limit (a family: of its keys that have no limit of their "
+        "own) that are still pending: held back while its slots are in use or its rate admits "
+        "no more.",
     ),
     MetricSpec(
         "leaseq_limit_rate_wait_seconds",

@@ -200,6 +200,13 @@ def coordinated(lease: Lease) -> bool:
     return lease.unique_key is not None or lease.limited or lease.has_dependents
 
 
+def limited_only(lease: Lease) -> bool:
+    """Is this a lease claimed under limits and nothing else coordinated (no unique key, no
+    dependents)? Its completion is complete_limited_jobs: one statement that frees its slots,
+    with no transaction around it."""
+    return lease.limited and lease.unique_key is None and not lease.has_dependents
+
+
 def fence_arrays(leases: Sequence[Lease]) -> dict[str, list[Any]]:
     return {
         "ids": [lease.job_id for lease in leases],

@@ -17,7 +17,7 @@ from psycopg import Connection
 from leaseq import validate
 from leaseq.models import Failure, Lease, SweepResult
 from leaseq.ops.base import ClientBase
-from leaseq.params import coordinated, expire_params, fail_params, fence_arrays
+from leaseq.params import coordinated, expire_params, fail_params, fence_arrays, limited_only
 from leaseq.retry import ErrorClass, RetryPolicy
 from leaseq.states import JobStatus
 
@@ -31,7 +31,9 @@ class FailureOps(ClientBase):
         if not failures:
             return {}
         result: dict[int, JobStatus] = {}
-        # Jobs with a unique key, claimed under limits or with dependents take
+        # Leases claimed under limits and nothing else take fail_limited_jobs (the plain
+        # failure that also gives back their slots). Jobs with a unique key or dependents
+        # (and leases of limits the one-statement paths did not take) take
         # fail_keyed_jobs (superseded jobs are not retried, an ending job updates who holds
         # its key and gives back its limit slots, its dependents are decided in the same
         # transaction); the others the plain statement, which leaves out jobs that
@@ -41,6 +43,13 @@ class FailureOps(ClientBase):
             params = fail_params(plain, self.retry_policy, self.redact)
             keys = [f.lease.ordering_key for f in plain]
             rows = self._change_jobs("fail_jobs", params, keys, connection)
+            result.update({int(row[0]): JobStatus(row[1]) for row in rows})
+        # Leases claimed under limits and nothing else: one statement frees their slots.
+        limited = [f for f in failures if limited_only(f.lease)]
+        if limited:
+            params = fail_params(limited, self.retry_policy, self.redact)
+            keys = [f.lease.ordering_key for f in limited]
+            rows = self._change_jobs("fail_limited_jobs", params, keys, connection)
             result.update({int(row[0]): JobStatus(row[1]) for row in rows})
         rest = [f for f in failures if f.lease.job_id not in result]
         if rest:

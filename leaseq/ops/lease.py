@@ -24,6 +24,7 @@ from leaseq.params import (
     detail,
     fence_arrays,
     fence_groups,
+    limited_only,
     results_channel,
     unclaimable_params,
 )
@@ -129,10 +130,11 @@ class LeaseOps(ClientBase):
         results: Mapping[int, tuple[str, float]] | None = None,
     ) -> set[int]:
         """Mark jobs succeeded, fenced; returns the ids that were still ours. Leases of
-        jobs with a unique key, claimed under limits or with dependents take
-        complete_keyed_jobs (which updates who holds the key and gives back limit slots, and
-        then promotes dependents in the same transaction); the
-        others the plain statement. A plain lease the plain statement did not take may
+        jobs with a unique key or with dependents take complete_keyed_jobs (which updates
+        who holds the key and gives back limit slots, and then promotes dependents in the
+        same transaction); leases claimed under limits and nothing else take
+        complete_limited_jobs (one statement that gives back their slots); the others the
+        plain statement. A plain lease the plain statement did not take may
         have gained dependents since its claim: it is tried with the coordinated one.
 
         ``results``: job id -> (JSON text, seconds to keep it) for tasks that store their
@@ -162,6 +164,16 @@ class LeaseOps(ClientBase):
             keys = [lease.ordering_key for lease in plain]
             rows = self._change_jobs("complete_jobs", fence_groups(plain), keys, connection)
             done = {int(row[0]) for row in rows}
+            if len(done) == len(leases):
+                return done
+        # Leases claimed under limits and nothing else: one statement frees their slots.
+        limited = [x for x in leases if limited_only(x)]
+        if limited:
+            keys = [lease.ordering_key for lease in limited]
+            rows = self._change_jobs(
+                "complete_limited_jobs", fence_groups(limited), keys, connection
+            )
+            done |= {int(row[0]) for row in rows}
             if len(done) == len(leases):
                 return done
         rest = [x for x in leases if x.job_id not in done]

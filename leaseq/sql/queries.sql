@@ -61,10 +61,27 @@ key_windows AS (
 -- lease_token), given back in that same statement. Matched by the lease token, so only the
 -- transition that ended the lease that took them can free them: a stale worker's write,
 -- refused by the fence, frees nothing, and no slot is ever freed twice.
+--
+-- Wake-up: a slot freed of a limit that refused a claim lately (limits.refused_at, set by
+-- admit(), migration 0013) sends a NOTIFY on the schema's channel, so a worker held back by
+-- that limit claims now, not at its next poll: the queue for a queue limit, every queue
+-- ("*") for a task or key limit. RETURNING is computed for every deleted row even though
+-- nothing reads this CTE. A limit that never refuses costs one uncorrelated check of the
+-- small limits table per statement and sends nothing.
 slots_freed AS (
   DELETE FROM {schema}.limit_slots AS s
   USING upd
   WHERE s.job_id = upd.id AND s.lease_token = upd.lease_token
+  RETURNING CASE
+    WHEN (SELECT EXISTS (SELECT 1 FROM {schema}.limits
+                         WHERE refused_at > now() - interval '5 minutes'))
+     AND EXISTS (SELECT 1 FROM {schema}.limits AS b
+                 WHERE b.name IN (s.limit_name, regexp_replace(s.limit_name, '[^:]*$', '*'))
+                   AND b.refused_at > now() - interval '5 minutes')
+    THEN pg_notify('leaseq.' || btrim('{schema}', '"'),
+                   CASE WHEN left(s.limit_name, 6) = 'queue:' THEN substr(s.limit_name, 7)
+                        ELSE '*' END)::text
+  END
 )
 
 -- name: _unique_superseded
@@ -511,6 +528,25 @@ WHERE {_owned_by_token}
   AND NOT j.has_dependents
 RETURNING j.id;
 
+-- name: complete_limited_jobs
+-- complete_jobs for leases claimed under limits (no unique key, no dependents): the fenced
+-- update and the release of the lease's slots (_slots_release) in one statement, one round
+-- trip, as cheap as the plain completion plus the slot rows. Rows missing from RETURNING
+-- were not ours any more, or gained dependents since the claim: the client then tries
+-- complete_keyed_jobs, as for complete_jobs.
+WITH upd AS (
+  UPDATE {schema}.jobs AS j
+  SET status = 'succeeded',
+      finished_at = now(),
+      lease_owner = NULL,
+      lease_expires_at = NULL
+  WHERE {_owned_by_token}
+    AND NOT j.has_dependents
+    AND j.unique_key IS NULL
+  RETURNING j.id, j.lease_token
+), {_slots_release}
+SELECT id FROM upd;
+
 -- name: complete_keyed_jobs
 -- complete_jobs for leases of jobs with a unique key, claimed under limits, or with
 -- dependents (the plain statement stays as it is): the key becomes a window or is let go
@@ -551,6 +587,32 @@ SELECT id,
                    ELSE 'cancelled' END,
        'running', status, owner, lease_token, attempt_count, code, class,
        left(CASE status WHEN 'cancelled' THEN 'cancel requested' ELSE reason END
+            || coalesce(': ' || detail, ''), 4000)
+FROM upd
+RETURNING job_id, to_status::text;
+
+-- name: fail_limited_jobs
+-- fail_jobs for leases claimed under limits (no unique key, no dependents): the same
+-- fenced failure and event row, and the lease's slots given back (_slots_release), in one
+-- statement. Rows missing from RETURNING are tried with fail_keyed_jobs by the client.
+WITH d AS (
+  {_failure_input}
+), upd AS (
+  {_failure_applied}
+    AND NOT j.has_dependents
+    AND j.unique_key IS NULL
+  RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
+            d.class, d.reason, j.cancel_requested_at IS NOT NULL AS cancel_asked
+), {_slots_release}
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
+   error_class, detail)
+SELECT id,
+       CASE status WHEN 'pending' THEN 'retry_scheduled' WHEN 'dead' THEN 'dead'
+                   ELSE 'cancelled' END,
+       'running', status, owner, lease_token, attempt_count, code, class,
+       left(CASE WHEN status = 'cancelled' AND cancel_asked THEN 'cancel requested'
+                 ELSE reason END
             || coalesce(': ' || detail, ''), 4000)
 FROM upd
 RETURNING job_id, to_status::text;
@@ -1579,16 +1641,33 @@ WITH del AS (
 SELECT name FROM del;
 
 -- name: list_limits
--- Each limit with what it holds: slots in use (a family: over all its keys), the jobs
--- waiting on it (claimable and pending; exact names only, a family would need a scan of
--- every key) and how long until its rate bucket admits one more claim.
+-- Each limit with what it holds: slots in use (a family: over its keys that have no limit
+-- of their own), the jobs
+-- waiting on it (claimable and pending; a family: those of its keys that have no exact
+-- limit of their own, found by a scan of the claimable jobs) and how long until its rate
+-- bucket admits one more claim.
 SELECT l.name, l.concurrency, l.rate, l.per_seconds, l.burst, l.updated_by, l.updated_at,
        (SELECT count(*) FROM {schema}.limit_slots AS s
          WHERE s.limit_name = l.name
             OR (right(l.name, 2) = ':*'
                 AND left(s.limit_name, length(l.name) - 1) = left(l.name, length(l.name) - 1)
-                AND position(':' IN substr(s.limit_name, length(l.name))) = 0)),
-       CASE WHEN right(l.name, 2) = ':*' THEN NULL
+                AND position(':' IN substr(s.limit_name, length(l.name))) = 0
+                AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS e
+                                WHERE e.name = s.limit_name))),
+       CASE WHEN right(l.name, 2) = ':*'
+            THEN (SELECT count(*)
+                  FROM {schema}.jobs AS j
+                  CROSS JOIN LATERAL (
+                    SELECT CASE split_part(l.name, ':', 1)
+                             WHEN 'queue' THEN 'queue:' || j.queue_name
+                             WHEN 'task' THEN 'task:' || j.task
+                             ELSE 'key:' || j.limit_key
+                           END AS name
+                  ) AS m
+                  WHERE j.status = 'pending' AND NOT j.blocked AND NOT j.waiting
+                    AND j.available_at <= now()
+                    AND regexp_replace(m.name, '[^:]*$', '*') = l.name
+                    AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS e WHERE e.name = m.name))
             ELSE (SELECT count(*) FROM {schema}.jobs AS j
                   WHERE j.status = 'pending' AND NOT j.blocked AND NOT j.waiting
                     AND j.available_at <= now()

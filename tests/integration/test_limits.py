@@ -4,14 +4,17 @@ its token. Each test names the boundary it breaks and the invariant that must su
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from typing import Any
 
 import psycopg
 import pytest
 
 import leaseq
 from leaseq import ConfigError, JobStatus, RateLimit
+from leaseq.worker.listener import LISTENER_APPLICATION_NAME
 from tests.support.helpers import expire_lease, rows
 
 FAST = leaseq.RetryPolicy(base=0.001, cap=0.01)
@@ -275,7 +278,7 @@ def test_limits_list_shows_slots_waiting_and_bucket(client: leaseq.Client) -> No
     client.claim("q", worker="w", limit=10)
     by_name = {x.name: x for x in client.limits()}
     assert by_name["queue:q"].in_use == 2 and by_name["queue:q"].waiting == 3
-    assert by_name["key:cust:*"].in_use == 2 and by_name["key:cust:*"].waiting is None
+    assert by_name["key:cust:*"].in_use == 2 and by_name["key:cust:*"].waiting == 3
     events = client.admin_events()
     assert any(e.action == "limit_set" and e.value == "queue:q" for e in events)
     assert client.remove_limit("queue:q", actor="ops")
@@ -321,9 +324,13 @@ def test_limit_metrics_show_slots_waiting_jobs_and_rate_wait(client: leaseq.Clie
 
     client.set_limit("queue:q", concurrency=2)
     client.set_limit("key:api", rate=RateLimit(1, per=3600))
+    client.set_limit("key:cust:*", concurrency=1)
     for i in range(3):
         client.enqueue("t", i, queue="q")
+    for _ in range(2):
+        client.enqueue("t", None, queue="fam", limit_key="cust:a")
     client.claim("q", worker="w", limit=10)
+    client.claim("fam", worker="w", limit=10)
     assert client.rate_consume("key:api")
     registry = database_registry(
         lambda: (client.queue_stats(), {**client.database_health(), "limits": client.limits()})
@@ -332,6 +339,9 @@ def test_limit_metrics_show_slots_waiting_jobs_and_rate_wait(client: leaseq.Clie
     assert 'leaseq_limit_slots_in_use{limit="queue:q"} 2.0' in text
     assert 'leaseq_limit_concurrency{limit="queue:q"} 2.0' in text
     assert 'leaseq_limit_waiting_jobs{limit="queue:q"} 1.0' in text
+    # A family's gauges too (its waiting jobs were not computed before).
+    assert 'leaseq_limit_slots_in_use{limit="key:cust:*"} 1.0' in text
+    assert 'leaseq_limit_waiting_jobs{limit="key:cust:*"} 1.0' in text
     wait = [
         x
         for x in text.splitlines()
@@ -377,3 +387,187 @@ def test_concurrent_claims_never_overspend_a_bucket_and_never_deadlock(
     assert rows(
         dsn, "SELECT count(*) FROM {s}.jobs WHERE status = 'pending' AND attempt_count > 0", schema
     ) == [(0,)]
+
+
+def _notifications(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    return [n.payload for n in conn.notifies(timeout=0.3, stop_after=10)]
+
+
+def test_a_slot_freed_of_a_limit_that_refused_wakes_the_workers_and_a_limit_never_reached_is_silent(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Boundary: a worker refused by a concurrency limit, with no enqueue to wake it. The
+    # statement that frees the slot must NOTIFY its queue; a limit that never refused sends
+    # nothing, so it costs the completions no notification.
+    client.set_limit("queue:q", concurrency=1)
+    client.set_limit("queue:roomy", concurrency=1000)
+    for _ in range(2):
+        client.enqueue("t", None, queue="q")
+        client.enqueue("t", None, queue="roomy")
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{client.channel}"')
+        roomy = client.claim("roomy", worker="w", limit=10)
+        assert len(roomy) == 2 and all(x.limited for x in roomy)
+        _notifications(listener)  # the enqueues' own
+        assert client.complete_many(roomy) == {x.job_id for x in roomy}
+        assert _notifications(listener) == []
+        held = client.claim("q", worker="w", limit=10)
+        assert len(held) == 1
+        assert client.claim("q", worker="w2", limit=10) == []  # refused: the limit bites
+        assert client.complete(held[0])
+        assert _notifications(listener) == ["q"]
+    assert len(client.claim("q", worker="w2", limit=10)) == 1
+
+
+def test_a_claim_in_flight_does_not_make_a_roomy_limit_refuse_another_claim(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Boundary: two claims under one limit far from full, the first not yet committed. Its
+    # slot numbers are taken (advisory locks) but invisible; the second must take the next
+    # free numbers, not find "its" numbers busy and refuse.
+    client.set_limit("queue:q", concurrency=100)
+    client.enqueue_many([{"task": "t", "queue": "q"} for _ in range(4)])
+    with psycopg.connect(dsn) as first:  # a transaction left open
+        a = client.claim("q", worker="a", limit=2, connection=first)
+        b = client.claim("q", worker="b", limit=2)
+        assert len(a) == 2 and len(b) == 2
+        first.commit()
+    held = _slots(dsn, schema)
+    assert len({s[1] for s in held}) == 4
+    assert sorted(s[2] for s in held) == sorted(x.job_id for x in a + b)
+
+
+def test_a_limited_lease_completes_in_one_statement_and_a_stale_one_frees_nothing(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    client.set_limit("queue:q", concurrency=2)
+    first, second = (int(client.enqueue("t", i, queue="q")) for i in range(2))
+    got = client.claim("q", worker="w", limit=2)
+    stale = next(x for x in got if x.job_id == first)
+    expire_lease(dsn, schema, first)
+    assert client.sweep(policies={"t": FAST}).requeued == 1
+    time.sleep(0.02)  # the retry's back-off (FAST: at most 10 ms)
+    again = client.claim("q", worker="w2", limit=2)
+    assert [x.job_id for x in again] == [first]
+    # The stale lease's completion is refused by the fence and frees nothing.
+    assert client.complete_many([stale]) == set()
+    assert sorted(s[2] for s in _slots(dsn, schema)) == [first, second]
+    assert client.complete_many(again + [x for x in got if x.job_id == second]) == {
+        first,
+        second,
+    }
+    assert _slots(dsn, schema) == []
+
+
+def test_a_limited_lease_that_gained_a_dependent_completes_and_promotes_it(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Boundary: the one-statement completion of limited leases skips jobs with dependents;
+    # a dependent enqueued after the claim must still be promoted (the coordinated path).
+    client.set_limit("queue:q", concurrency=5)
+    parent = int(client.enqueue("t", 1, queue="q"))
+    (lease,) = client.claim("q", worker="w", limit=1)
+    assert lease.limited and not lease.has_dependents
+    child = int(client.enqueue("t", 2, queue="q", depends_on=[parent]))
+    assert client.complete(lease)
+    assert _slots(dsn, schema) == []
+    job = client.get_job(child)
+    assert job is not None and job.status is JobStatus.PENDING
+    assert [x.job_id for x in client.claim("q", worker="w", limit=5)] == [child]
+
+
+def test_limits_list_counts_the_jobs_waiting_on_a_family(client: leaseq.Client) -> None:
+    client.set_limit("key:cust:*", concurrency=1)
+    client.set_limit("key:cust:vip", concurrency=5)  # its own limit: not the family's
+    client.set_limit("queue:*", concurrency=50)
+    for key in ["cust:a", "cust:a", "cust:b", "cust:vip", "other:x"]:
+        client.enqueue("t", None, queue="q", limit_key=key)
+    by_name = {x.name: x for x in client.limits()}
+    assert by_name["key:cust:*"].waiting == 3
+    assert by_name["key:cust:vip"].waiting == 1
+    assert by_name["queue:*"].waiting == 5
+    client.claim("q", worker="w", limit=10)
+    by_name = {x.name: x for x in client.limits()}
+    # cust:a and cust:b got their one slot each; the second cust:a waits.
+    assert by_name["key:cust:*"].in_use == 2 and by_name["key:cust:*"].waiting == 1
+
+
+def test_a_limited_lease_that_gained_a_dependent_fails_dead_and_cancels_it(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # As above for the one-statement failure of limited leases (fail_limited_jobs).
+    client.set_limit("queue:q", concurrency=5)
+    parent = int(client.enqueue("t", 1, queue="q"))
+    (lease,) = client.claim("q", worker="w", limit=1)
+    child = int(client.enqueue("t", 2, queue="q", depends_on=[parent]))
+    assert client.fail(lease, "BOOM", retryable=False)
+    assert _slots(dsn, schema) == []
+    assert _status(client, parent) == (JobStatus.DEAD, 1)
+    assert _status(client, child) == (JobStatus.CANCELLED, 0)
+
+
+def test_a_held_slot_number_where_the_search_starts_is_passed_over(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Boundary: the slot search starts at the first candidate's id (mod the limit); a number
+    # held there must be passed over, not doubled and not fail the claim.
+    client.set_limit("queue:q", concurrency=100)
+    first = int(client.enqueue("t", 1, queue="q"))
+    second = int(client.enqueue("t", 2, queue="q"))
+    (held,) = client.claim("q", worker="w", limit=1)
+    assert held.job_id == first
+    guess = second % 100 + 1  # where the second claim's search starts
+    moved = "UPDATE {s}.limit_slots SET slot = %s WHERE job_id = %s RETURNING job_id"
+    assert rows(dsn, moved, schema, guess, first) == [(first,)]
+    (got,) = client.claim("q", worker="w", limit=1)
+    assert got.job_id == second
+    slots = _slots(dsn, schema)
+    assert sorted(s[2] for s in slots) == [first, second]
+    assert len({s[1] for s in slots}) == 2 and guess in {s[1] for s in slots}
+
+
+async def test_a_worker_held_back_by_a_limit_claims_when_another_process_frees_the_slot(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """Boundary: the slot is held by someone else (here a client's lease), so this worker
+    frees nothing itself, and it polls once an hour. The completion elsewhere must wake it."""
+    app = leaseq.App(dsn, schema=schema)
+    ran = asyncio.Event()
+
+    @app.task(name="limited")
+    async def limited(ctx: leaseq.JobContext, payload: Any) -> None:
+        ran.set()
+
+    client.set_limit("queue:default", concurrency=1)
+    client.enqueue("limited", 1)
+    (held,) = client.claim(worker="elsewhere", limit=1)
+    client.enqueue("limited", 2)
+    worker = leaseq.Worker(app, leaseq.WorkerConfig(poll_interval=3600, lease_seconds=30))
+    run = asyncio.create_task(worker.run())
+    try:
+
+        def refused_and_listening() -> bool:
+            found = rows(
+                dsn,
+                "SELECT (SELECT refused_at IS NOT NULL FROM {s}.limits"
+                "        WHERE name = 'queue:default'),"
+                " EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+                "         AND query LIKE %s AND state = 'idle')",
+                schema,
+                LISTENER_APPLICATION_NAME,
+                f"LISTEN %{client.channel}%",
+            )
+            return bool(found[0][0] and found[0][1])
+
+        for _ in range(500):
+            if refused_and_listening():
+                break
+            await asyncio.sleep(0.02)
+        assert refused_and_listening()
+        await asyncio.sleep(0.2)  # the worker settles into its hour-long wait
+        assert not ran.is_set()
+        assert await asyncio.to_thread(client.complete, held)
+        await asyncio.wait_for(ran.wait(), 10)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, 10)
