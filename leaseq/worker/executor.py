@@ -395,13 +395,12 @@ def _sync_attempt(running: Running) -> Outcome:
     _mark_started(running)
     try:
         value = task.fn(ctx, running.payload)
+        # Inside the try: whatever escapes here would strand the job and its slot.
+        return _keep_result(running, task, value) if task.store_result else lease
     except JobAborted:
         return lease  # the abort decides what is reported
     except BaseException as exc:  # a thread has nobody to pass SystemExit & co. on to
         return _failure(running, task, exc)
-    if task.store_result:
-        return _keep_result(running, task, value)
-    return lease
 
 
 def _failure(running: Running, task: Task, exc: BaseException) -> Failure:

@@ -96,7 +96,6 @@ class SyncJob:
         "finished",
         "has_slot",
         "running",
-        "submitted",
         "taken",
         "waiter",
     )
@@ -117,9 +116,7 @@ class SyncJob:
         #: Set under HandlerThreads' lock: a thread took the job (it can no longer be
         #: withdrawn); or the loop withdrew it (no thread will run it).
         self.taken = False
-        #: Loop-only: the job was put on the threads' queue; it holds a handler slot; its
-        #: outcome was dealt with.
-        self.submitted = False
+        #: Loop-only: the job holds a handler slot; its outcome was dealt with.
         self.has_slot = False
         self.finished = False
 
@@ -128,7 +125,15 @@ class SyncJob:
 
 
 class HandlerThreads:
-    """A fixed pool of up to ``size`` threads (started as needed) running sync attempts."""
+    """A fixed pool of up to ``size`` threads (started as needed) running sync attempts.
+
+    Waking a sleeping thread costs a context switch and a wait for the GIL, which the loop
+    thread mostly holds: more than a no-op handler itself. So a job does not wake a thread
+    of its own. At most one thread *searches* the queue at a time; one that takes a job
+    while more wait wakes (or starts) the next searcher before it runs its own, so a batch
+    of long jobs still fans out over the threads, while a batch of short ones is run by the
+    few threads that are awake.
+    """
 
     def __init__(
         self,
@@ -142,12 +147,14 @@ class HandlerThreads:
         self._attempt = attempt
         self._deliver = deliver
         self._name_prefix = name_prefix
-        self._work: queue.SimpleQueue[SyncJob | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        #: Jobs submitted and not yet delivered back (queued or running): threads are
-        #: started while it exceeds their number.
-        self._pending = 0
+        self._jobs: collections.deque[SyncJob] = collections.deque()
+        #: One token wakes one sleeping thread; False tells it to end.
+        self._tokens: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        # Under the lock: threads started, looking for a job, and asleep on a token.
+        self._started = 0
+        self._searching = 0
+        self._sleeping = 0
         self._done: list[tuple[SyncJob, Outcome]] = []
         self._wake_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -157,11 +164,8 @@ class HandlerThreads:
         """Queue a job for the next free thread (loop thread only)."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        job.submitted = True
-        self._pending += 1
-        if self._pending > len(self._threads) and len(self._threads) < self._size:
-            self._start_thread()
-        self._work.put(job)
+        self._jobs.append(job)
+        self._call_searcher()
 
     def withdraw(self, job: SyncJob) -> bool:
         """Keep a queued job from running (loop thread): False once a thread has taken it."""
@@ -169,39 +173,82 @@ class HandlerThreads:
             if job.taken:
                 return False
             job.taken = True  # no thread will take it now
-        if job.submitted:
-            self._pending -= 1
-        return True
+            return True
 
     def close(self) -> None:
         """Let idle threads end; busy ones end after their job (never waited for: a sync
         handler that was given up on may run on, and its outcome is dropped)."""
         self._closed = True
-        for _ in self._threads:
-            self._work.put(None)
+        with self._lock:
+            started = self._started
+        for _ in range(started):
+            self._tokens.put(False)
 
-    def _start_thread(self) -> None:
-        thread = threading.Thread(
+    def _call_searcher(self) -> None:
+        """Jobs wait: make sure a thread is looking for them (any thread)."""
+        with self._lock:
+            if self._searching:
+                return  # it will find them
+            if self._sleeping:
+                self._sleeping -= 1
+                self._searching += 1
+                wake = True
+            elif self._started < self._size:
+                self._started += 1
+                self._searching += 1
+                wake = False
+            else:
+                return  # every thread is busy: the first one done takes the next job
+            number = self._started
+        if wake:
+            self._tokens.put(True)
+            return
+        threading.Thread(
             target=self._serve,
-            name=f"{self._name_prefix}_{len(self._threads)}",
+            name=f"{self._name_prefix}_{number}",
             # Never joined at exit: an abandoned handler must not hold the process up.
             daemon=True,
-        )
-        thread.start()
-        self._threads.append(thread)
+        ).start()
 
-    def _serve(self) -> None:
-        get, lock, attempt = self._work.get, self._lock, self._attempt
+    def _take(self) -> SyncJob | None:
+        """Called searching; returns a job to run (no longer searching), None to end."""
+        jobs, lock = self._jobs, self._lock
         while True:
-            job = get()
-            if job is None:
-                return
+            try:
+                job = jobs.popleft()
+            except IndexError:
+                with lock:
+                    if jobs:
+                        continue  # one came in meanwhile
+                    self._searching -= 1
+                    self._sleeping += 1
+                if not self._tokens.get():
+                    return None  # (the waker counted this thread searching again)
+                continue
             with lock:
                 if job.taken:
                     continue  # withdrawn by the loop
                 job.taken = True
-            outcome = job.context.run(attempt, job.running)
+                self._searching -= 1
+            if jobs:
+                self._call_searcher()  # the next one, while this thread runs its job
+            return job
+
+    def _serve(self) -> None:
+        lock, attempt = self._lock, self._attempt
+        while True:
+            job = self._take()
+            if job is None:
+                return
+            try:
+                outcome = job.context.run(attempt, job.running)
+            except BaseException:  # a bug (attempt() catches what handlers raise)
+                log.exception("job %d: its attempt failed in leaseq", job.running.lease.job_id)
+                with lock:
+                    self._searching += 1
+                continue  # its lease keeper ends it at its deadline; the sweeper retries it
             with lock:
+                self._searching += 1  # back to looking, after handing this one back
                 self._done.append((job, outcome))
                 if self._wake_scheduled:
                     continue  # the loop has not emptied the list yet: it will take this too
@@ -218,7 +265,6 @@ class HandlerThreads:
         with self._lock:
             done, self._done = self._done, []
             self._wake_scheduled = False
-        self._pending -= len(done)
         deliver = self._deliver
         for job, outcome in done:
             try:

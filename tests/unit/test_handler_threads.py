@@ -159,3 +159,24 @@ async def test_a_slot_granted_to_a_task_cancelled_before_it_ran_is_given_back() 
     waiter.cancel()  # ... which is cancelled before it could run
     await asyncio.gather(waiter, return_exceptions=True)
     assert slots.free == 1
+
+
+async def test_a_batch_of_long_jobs_fans_out_over_every_thread() -> None:
+    """A job does not wake a thread of its own (the searcher relays): yet a batch of jobs
+    that all block must still run all at once, each on its own thread."""
+    size = 20
+    barrier = threading.Barrier(size, timeout=10)
+    delivered: list[int] = []
+
+    def attempt(running: Running) -> Outcome:
+        barrier.wait()  # breaks (and raises) unless all 20 run at the same time
+        return running.lease
+
+    threads = HandlerThreads(
+        size, attempt, lambda job, _: delivered.append(job.running.lease.job_id)
+    )
+    for i in range(size):
+        threads.submit(_job(i))
+    await _until(lambda: len(delivered) == size)
+    assert not barrier.broken
+    threads.close()
