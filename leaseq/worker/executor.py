@@ -5,6 +5,10 @@ that the lease can still be valid, run the handler (async ones on the loop, sync
 pool thread), classify what it raised, and hand the outcome to the completer; once the
 completer knows what was committed, count it and log it.
 
+An async attempt is a task on the loop. A sync attempt has no task (unless tracing needs
+one): it is granted a slot, run whole by a pool thread (threads.py), and its outcome comes
+back in a batch with others; ``SyncJob.cancel`` stands in for a task's cancel.
+
 A handler never starts under a lease whose local deadline has passed (a claim that took
 longer than the lease, a paused process, a sync job that waited for a thread): the lease is
 surely gone or about to be, so the attempt is dropped with nothing reported under it, and
@@ -14,13 +18,11 @@ the sweeper recovers the job.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import threading
 import time
 import traceback
 from collections.abc import Awaitable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from leaseq.app import App, Task
@@ -38,6 +40,7 @@ from leaseq.worker.config import WorkerConfig
 from leaseq.worker.context import JobContext, JobServices
 from leaseq.worker.inflight import InFlight, Running, abort_detail, job_fields, jobs_log
 from leaseq.worker.outage import TRANSIENT, Outage
+from leaseq.worker.threads import HandlerThreads, Outcome, Slots, SyncJob
 
 log = logging.getLogger("leaseq.worker")
 T = TypeVar("T")
@@ -72,15 +75,16 @@ class Executor:
             application_name="leaseq-handler",
         )
         self._services: dict[str, JobServices] = {}  # one per task: they only depend on it
-        self._slots = asyncio.Semaphore(config.concurrency)
-        self._threads = ThreadPoolExecutor(
-            max_workers=config.concurrency, thread_name_prefix="leaseq-job"
-        )
+        self._slots = Slots(config.concurrency)
+        # As many threads as slots: an abandoned sync handler keeps its thread until it
+        # returns, and a job queued behind it may then start late (or not at all).
+        self._threads = HandlerThreads(config.concurrency, _sync_attempt, self._sync_done)
         self._sync: Client | None = None
         self._sync_lock = threading.Lock()
+        self._side_tasks: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._threads.close()
         await self._handler_client.close()
         if self._sync is not None:
             await asyncio.to_thread(self._sync.close)
@@ -91,8 +95,74 @@ class Executor:
         ctx = JobContext(lease, self.config.worker_id, services)
         running = Running(lease, ctx, task, deadline)
         self.inflight.add(running)
+        if task is not None and not task.is_async and self.app.tracing is None:
+            job = SyncJob(running, self._cancel_sync)
+            running.task = job
+            self._slots.take(lambda: self._granted(job))
+            return
         # Unnamed: a name costs a formatted string per job (job ids are in the logs).
         running.task = asyncio.create_task(self._run_job(running))
+
+    # -- sync attempts without a task ---------------------------------------------------
+
+    def _granted(self, job: SyncJob) -> bool:
+        """A slot for a sync job: on to the threads (False: the job was withdrawn)."""
+        if job.finished:
+            return False
+        job.has_slot = True
+        self._threads.submit(job)
+        return True
+
+    def _sync_done(self, job: SyncJob, outcome: Outcome) -> None:
+        """A thread handed back an attempt's outcome (on the loop, in a batch)."""
+        waiter = job.waiter
+        if waiter is not None:
+            if not waiter.done():
+                waiter.set_result(outcome)
+        elif not job.finished:  # else given up on already (an abort): nothing more to do
+            self._finish_sync(job, outcome)
+
+    def _cancel_sync(self, job: SyncJob) -> bool:
+        """``Running.task.cancel()`` for a sync job, as a task's cancel would behave: a job no
+        thread has taken is withdrawn (True); an aborted one is finished now, its handler
+        left to notice ``ctx.aborted`` and its late outcome dropped. False once a thread
+        took the job: shutdown must treat it as running, not release its lease."""
+        if job.finished:
+            return False
+        withdrawn = self._threads.withdraw(job)
+        if job.running.ctx.aborted is not None:
+            self._finish_sync(job, job.running.lease)  # _submit reports the abort
+        elif withdrawn:
+            job.finished = True  # shut down unstarted: the caller releases the lease
+            self._give_back(job)
+            self.inflight.forget(job.running)
+        return withdrawn
+
+    def _finish_sync(self, job: SyncJob, outcome: Outcome) -> None:
+        job.finished = True
+        self._give_back(job)
+        running = job.running
+        if running.ctx.completion_pending and not running.ctx.aborted:
+            side = asyncio.create_task(self._joined_then_submit(running, outcome))
+            self._side_tasks.add(side)
+            side.add_done_callback(self._side_tasks.discard)
+            return
+        if not self._submit(running, outcome):
+            self.inflight.forget(running)
+
+    def _give_back(self, job: SyncJob) -> None:
+        if job.has_slot:
+            job.has_slot = False
+            self._slots.give_back()
+
+    async def _joined_then_submit(self, running: Running, outcome: Outcome) -> None:
+        handed_over = False
+        try:
+            outcome = await self._check_joined_completion(running, outcome)
+            handed_over = self._submit(running, outcome)
+        finally:
+            if not handed_over:
+                self.inflight.forget(running)
 
     def _services_for(self, task: Task) -> JobServices:
         services = self._services.get(task.name)
@@ -122,8 +192,11 @@ class Executor:
         handed_over = False
         try:
             try:
-                async with self._slots:
+                await self._slots.acquire()
+                try:
                     outcome = lease if ctx.aborted else await self._execute(running)
+                finally:
+                    self._slots.give_back()
             except asyncio.CancelledError:
                 if ctx.aborted is None:
                     raise  # cancelled from outside (shutdown of an unstarted job)
@@ -169,38 +242,35 @@ class Executor:
                 error_class=ErrorClass.PERMANENT,
                 detail=f"no handler registered for task {lease.task!r} in this worker's app",
             )
+        if not task.is_async:
+            return await self._in_thread(running)
         running.payload, refused = prepare_payload(task, lease)
         if refused is not None:
             return refused
         try:
-            if task.is_async:
-                _mark_started(running)  # no await since the deadline check above
-                value = await task.fn(ctx, running.payload)
-            else:
-                loop = asyncio.get_running_loop()
-                # The thread runs in a copy of this context: a handler's own spans (and
-                # jobs it enqueues) belong to the attempt's trace.
-                call = contextvars.copy_context().run
-                value = await loop.run_in_executor(self._threads, call, _call_sync, running, task)
+            _mark_started(running)  # no await since the deadline check above
+            value = await task.fn(ctx, running.payload)
         except JobAborted:
             return lease  # the abort decides what is reported
         except Exception as exc:
-            error_class, code = task.classifier.classify(exc)
-            if isinstance(exc, Permanent | Retry):
-                detail = exc.detail
-            else:  # unclassified or rule-matched: keep the whole (bounded) traceback
-                detail = "".join(traceback.format_exception(exc))
-            return Failure(
-                lease,
-                code,
-                error_class=error_class,
-                detail=detail,
-                retry_in=exc.retry_in if isinstance(exc, Retry) else None,
-                policy=task.retry,
-            )
+            return _failure(running, task, exc)
         if task.store_result:
             return _keep_result(running, task, value)
         return lease
+
+    async def _in_thread(self, running: Running) -> Outcome:
+        """A sync attempt run for a task that awaits it (with tracing: the thread runs in a
+        copy of this task's context, so a handler's own spans and the jobs it enqueues
+        belong to the attempt's trace)."""
+        waiter: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        job = SyncJob(running, self._cancel_sync, waiter)
+        self._threads.submit(job)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            job.finished = True  # an outcome handed back later is dropped
+            self._threads.withdraw(job)
+            raise
 
     async def _check_joined_completion(
         self, running: Running, outcome: Lease | Failure
@@ -307,14 +377,47 @@ def _too_late(running: Running) -> bool:
     return True
 
 
-def _call_sync(running: Running, task: Task) -> Any:
-    # Runs in a pool thread. A job queued behind busy threads has not started yet: it
-    # counts as started (and so is charged, and waited for at shutdown) from here. Its
-    # lease may have ended while it waited (the loop may not have noticed yet).
-    if running.ctx.aborted is not None or _too_late(running):
-        return None
+def _sync_attempt(running: Running) -> Outcome:
+    """A whole sync attempt, in a pool thread. A job queued behind busy threads has not
+    started yet: it counts as started (and so is charged, and waited for at shutdown) from
+    the moment its handler is called. Its lease may have ended while it waited (the loop
+    may not have noticed yet): checked last thing before the call."""
+    lease, ctx, task = running.lease, running.ctx, running.task_def
+    if task is None:  # only a task's own handlers come here; kept for the type
+        return lease
+    if ctx.aborted is not None or _too_late(running):
+        return lease
+    running.payload, refused = prepare_payload(task, lease)
+    if refused is not None:
+        return refused
+    if ctx.aborted is not None or _too_late(running):
+        return lease  # the check may have taken a while
     _mark_started(running)
-    return task.fn(running.ctx, running.payload)
+    try:
+        value = task.fn(ctx, running.payload)
+        # Inside the try: whatever escapes here would strand the job and its slot.
+        return _keep_result(running, task, value) if task.store_result else lease
+    except JobAborted:
+        return lease  # the abort decides what is reported
+    except BaseException as exc:  # a thread has nobody to pass SystemExit & co. on to
+        return _failure(running, task, exc)
+
+
+def _failure(running: Running, task: Task, exc: BaseException) -> Failure:
+    """What a handler raised, classified: the failure to report."""
+    error_class, code = task.classifier.classify(exc)
+    if isinstance(exc, Permanent | Retry):
+        detail = exc.detail
+    else:  # unclassified or rule-matched: keep the whole (bounded) traceback
+        detail = "".join(traceback.format_exception(exc))
+    return Failure(
+        running.lease,
+        code,
+        error_class=error_class,
+        detail=detail,
+        retry_in=exc.retry_in if isinstance(exc, Retry) else None,
+        policy=task.retry,
+    )
 
 
 def _keep_result(running: Running, task: Task, value: Any) -> Lease | Failure:

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from leaseq.app import Task
 from leaseq.codes import ErrorCode
@@ -74,6 +74,12 @@ class WorkerStats:
     ticks_skipped: int = 0
 
 
+class Cancellable(Protocol):
+    """What runs an attempt: its asyncio task, or a sync job (leaseq.worker.threads)."""
+
+    def cancel(self) -> bool: ...
+
+
 @dataclass(eq=False, slots=True)
 class Running:
     lease: Lease
@@ -89,7 +95,7 @@ class Running:
     #: now owns the deadline (it gives up once the lease surely ended).
     reporting: bool = False
     abort_counted: bool = False
-    task: asyncio.Task[None] | None = None
+    task: Cancellable | None = None
     #: The handler's return value as JSON, with how long to keep it (store_result tasks).
     result: tuple[str, float] | None = None
 

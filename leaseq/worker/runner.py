@@ -239,10 +239,14 @@ class Worker:
     async def _shutdown(self) -> None:
         # Leases claimed but not started go back at once, without charging an attempt.
         inflight = self._inflight
-        unstarted = [r for r in inflight.all() if r.started_at is None]
+        # A sync job a handler thread has already taken cannot be withdrawn (its cancel
+        # says so): it counts as running, and its lease is not released under it.
+        unstarted = [
+            r
+            for r in inflight.all()
+            if r.started_at is None and (r.task is None or r.task.cancel())
+        ]
         for running in unstarted:
-            if running.task is not None:
-                running.task.cancel()
             # A task cancelled before its first step never runs its own cleanup.
             inflight.forget(running)
         if unstarted:
