@@ -1487,48 +1487,10 @@ SELECT set_config('statement_timeout', %(ms)s, true),
        set_config('plan_cache_mode', 'force_custom_plan', true);
 
 -- name: web_queue_stats
--- The queue_stats view's figures without its one scan: the view reads pending rows by
--- status alone, which no index covers (the claim index leaves blocked rows out), so on a
--- big history it scans the table. Here pending is the claim index's rows plus the blocked
--- ones, which only keyed jobs can be (the ordering index): both partial indexes. Jobs
--- waiting for dependencies are neither ready nor scheduled, as in the view.
-WITH pending_rows AS (
-  SELECT queue_name, available_at FROM {schema}.jobs
-  WHERE status = 'pending' AND NOT blocked AND NOT waiting
-  UNION ALL
-  SELECT queue_name, available_at FROM {schema}.jobs
-  WHERE status = 'pending' AND blocked AND ordering_key IS NOT NULL
-), pending AS (
-  SELECT queue_name,
-         count(*) FILTER (WHERE available_at <= now()) AS ready,
-         count(*) FILTER (WHERE available_at > now()) AS scheduled,
-         min(available_at) FILTER (WHERE available_at <= now()) AS oldest_ready
-  FROM pending_rows
-  GROUP BY queue_name
-), running AS (
-  SELECT queue_name,
-         count(*) AS running,
-         count(*) FILTER (WHERE lease_expires_at < now() + interval '10 seconds') AS near_expiry
-  FROM {schema}.jobs
-  WHERE status = 'running'
-  GROUP BY queue_name
-), dead AS (
-  SELECT queue_name, count(*) AS dead, min(finished_at) AS oldest_dead
-  FROM {schema}.jobs
-  WHERE status = 'dead'
-  GROUP BY queue_name
-)
-SELECT queue_name,
-       coalesce(ready, 0),
-       coalesce(scheduled, 0),
-       coalesce(running, 0),
-       coalesce(dead, 0),
-       coalesce(extract(epoch FROM now() - oldest_ready), 0)::float8,
-       coalesce(extract(epoch FROM now() - oldest_dead), 0)::float8,
-       coalesce(near_expiry, 0)
-FROM pending
-FULL JOIN running USING (queue_name)
-FULL JOIN dead USING (queue_name)
+-- The queue_stats view (partial indexes only since migration 14), bounded for a page.
+SELECT queue_name, ready, scheduled, running, dead, oldest_ready_age, oldest_dead_age,
+       near_expiry
+FROM {schema}.queue_stats
 ORDER BY queue_name
 LIMIT 1000;
 

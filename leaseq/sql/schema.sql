@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 13
+-- schema version: 14
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -30,7 +30,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (10, 'trace_context'),
   (11, 'limits'),
   (12, 'workflows'),
-  (13, 'limits_cost');
+  (13, 'limits_cost'),
+  (14, 'queue_stats_indexed');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -211,17 +212,22 @@ FROM {schema}.jobs
 WHERE status = 'dead';
 
 -- Per-queue health for psql users, `leaseq status` and the metrics endpoint. Each part reads
--- one partial index (pending, running, dead), so it stays cheap however much finished
--- history the table holds. Jobs waiting on dependencies are neither ready nor scheduled
+-- partial indexes only (pending: the claim index plus the blocked rows of the ordering
+-- index; running; dead), so it stays cheap however much finished history the table holds. Jobs waiting on dependencies are neither ready nor scheduled
 -- (see waiting_jobs).
 CREATE VIEW {schema}.queue_stats AS
-WITH pending AS (
+WITH pending_rows AS (
+  SELECT queue_name, available_at FROM {schema}.jobs
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting
+  UNION ALL
+  SELECT queue_name, available_at FROM {schema}.jobs
+  WHERE status = 'pending' AND blocked AND ordering_key IS NOT NULL AND NOT waiting
+), pending AS (
   SELECT queue_name,
          count(*) FILTER (WHERE available_at <= now()) AS ready,
          count(*) FILTER (WHERE available_at > now()) AS scheduled,
          min(available_at) FILTER (WHERE available_at <= now()) AS oldest_ready
-  FROM {schema}.jobs
-  WHERE status = 'pending' AND NOT waiting
+  FROM pending_rows
   GROUP BY queue_name
 ), running AS (
   SELECT queue_name,
