@@ -826,13 +826,15 @@ RETURNING job_id;
 -- name: prune_finished
 -- Retention: removes succeeded and cancelled jobs older than the cut-off, and their trail,
 -- in bounded batches. It locks only finished rows (SKIP LOCKED), which no claim touches,
--- so pruning never delays a claim; scanning in id order finds the oldest rows first.
+-- so pruning never delays a claim. It reads jobs_prunable_idx oldest first and stops at
+-- the cut-off: a batch reads about the rows it deletes, not the retention window or the
+-- backlog (walking the primary key instead made each round's last batch read them all).
 WITH doomed AS (
   SELECT id
   FROM {schema}.jobs
   WHERE status IN ('succeeded', 'cancelled')
     AND finished_at < now() - make_interval(secs => %(older_than)s)
-  ORDER BY id
+  ORDER BY finished_at
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
 ), trail AS (
