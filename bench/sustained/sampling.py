@@ -45,7 +45,10 @@ FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND query LIKE %s AND query LIKE %s
 """
-PRUNE_PATTERNS = ("%.jobs AS j USING doomed%", "%finished_at < now()%")
+PRUNE_PATTERNS = (
+    "%DELETE FROM %.jobs AS j%",
+    "%status IN ('succeeded', 'cancelled')%finished_at < now()%",
+)
 
 
 # -- the producer -----------------------------------------------------------------------
