@@ -37,7 +37,8 @@ WHERE n.nspname = %s AND c.relkind IN ('r', 'i')
 ORDER BY c.relname
 """
 # The worker's prune statement (leaseq's prune_finished: the one that deletes jobs whose
-# finished_at is past the cut-off), summed over its entries in pg_stat_statements.
+# finished_at is past the cut-off), summed over its entries in pg_stat_statements, which
+# stores the text with its constants replaced by $n.
 PRUNE_STATEMENT = """
 SELECT count(*), coalesce(sum(calls), 0), coalesce(sum(rows), 0),
        coalesce(sum(total_exec_time), 0)
@@ -47,7 +48,7 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
 PRUNE_PATTERNS = (
     "%DELETE FROM %.jobs AS j%",
-    "%status IN ('succeeded', 'cancelled')%finished_at < now()%",
+    "%finished_at < now() - make_interval%",
 )
 
 
