@@ -21,7 +21,14 @@ from bench.db import connect, fresh_schema, server_info
 from bench.harness import REPO_ROOT, BenchError, resolve_bench_dsn
 from bench.sustained.model import Options
 from bench.sustained.report import Run, header, progress_line, report
-from bench.sustained.sampling import Producer, interval_between, producing, take_snapshot
+from bench.sustained.sampling import (
+    Producer,
+    has_statements,
+    interval_between,
+    producing,
+    take_snapshot,
+)
+from bench.sustained.server import own_server
 from bench.sustained.workers import Worker, running_workers
 from leaseq import validate
 from leaseq.errors import ConfigError, DatabaseUnavailable, LeaseqError
@@ -54,14 +61,15 @@ def run_sustained(opts: Options, run: Run) -> None:
         connect(opts.dsn) as conn,
         running_workers(opts, client.schema, log_dir, run.workers) as workers,
     ):
-        before = take_snapshot(conn, client, workers, None)
+        statements = has_statements(conn)
+        before = take_snapshot(conn, client, workers, None, statements)
         with producing(client, opts.rate) as producer:
             started = producer.started_at
             before = dataclasses.replace(before, at=started)
             for i in range(1, opts.samples + 1):
                 wait_until(started + i * opts.interval, workers, producer)
                 producer.check()
-                after = take_snapshot(conn, client, workers, producer)
+                after = take_snapshot(conn, client, workers, producer, statements)
                 run.intervals.append(interval_between(before, after, started))
                 print(progress_line(run.intervals[-1]), file=sys.stderr, flush=True)
                 before = after
@@ -104,6 +112,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     p.add_argument(
         "--dsn", default=None, help="PostgreSQL DSN (default: env LEASEQ_DSN, else embedded)"
     )
+    p.add_argument(
+        "--own-server",
+        action="store_true",
+        help="run on a new embedded server of its own (temporary data directory, free port, "
+        "pg_stat_statements loaded), stopped and removed afterwards",
+    )
     p.add_argument("--minutes", type=positive(float), default=10.0, help="run length")
     p.add_argument("--rate", type=positive(float), default=5000.0, help="offered jobs/s")
     p.add_argument("--interval", type=positive(float), default=30.0, help="seconds between samples")
@@ -131,8 +145,10 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     args = p.parse_args(argv)
     if args.interval > args.minutes * 60:
         p.error("--interval is longer than the run")
+    if args.own_server and args.dsn:
+        p.error("--own-server and --dsn exclude each other")
     return Options(
-        dsn=resolve_bench_dsn(args.dsn),
+        dsn="" if args.own_server else resolve_bench_dsn(args.dsn),
         minutes=args.minutes,
         rate=args.rate,
         interval=args.interval,
@@ -141,6 +157,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         concurrency=args.concurrency,
         batch=args.batch,
         workers=args.workers,
+        own_server=args.own_server,
         out=args.out,
     )
 
@@ -166,12 +183,20 @@ def failure(exc: BaseException) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        opts = parse_args(argv)  # may start the embedded server
-        info = server_info(opts.dsn)
+        opts = parse_args(argv)  # may start the shared embedded server
+        if not opts.own_server:
+            return measure(opts)
+        with own_server(opts.out.with_suffix(".autovacuum.log")) as dsn:
+            return measure(dataclasses.replace(opts, dsn=dsn))
     except KeyboardInterrupt:
         return 130
     except (LeaseqError, psycopg.Error) as exc:
         return failure(exc)
+
+
+def measure(opts: Options) -> int:
+    """The run on ``opts.dsn``, its report; the exit status."""
+    info = server_info(opts.dsn)
     print(header(opts, info), file=sys.stderr, flush=True)
     run = Run()
     try:

@@ -7,6 +7,7 @@ import pathlib
 from dataclasses import dataclass
 
 Buckets = tuple[tuple[float, float], ...]  # a cumulative histogram: (le, count), +Inf last
+Sizes = tuple[tuple[str, int], ...]  # (relation, bytes): every table and index of the schema
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,17 @@ class TableStats:
     last_autovacuum: str | None
     autoanalyzes: int
     deleted_tuples: int  # rows deleted since the table was created: the prune's work
+    sizes: Sizes  # pg_relation_size of each table (main fork) and each index, by name
+
+
+@dataclass(frozen=True)
+class PruneStats:
+    """The prune statement as pg_stat_statements counts it, cumulative since the server
+    started (only where the extension is loaded, e.g. on ``--own-server``)."""
+
+    calls: int
+    rows: int
+    exec_ms: float
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,7 @@ class Snapshot:
     running: int
     oldest_age: float  # seconds the oldest claimable job has waited
     table: TableStats
+    prune: PruneStats | None
     rss: tuple[int, ...]  # bytes, one per worker
 
 
@@ -62,6 +75,10 @@ class Interval:
     running: int
     oldest_age: float
     table: TableStats  # as sampled at the end of the interval
+    pruned_per_s: float  # jobs rows deleted per second (n_tup_del): what retention removed
+    prune_calls: int | None  # prune statements (batches) run; None without pg_stat_statements
+    prune_ms_mean: float | None  # mean time of one prune statement in the interval
+    prune_busy: float | None  # share of the interval's wall time spent in prune statements
     claims: int  # claim statements the workers ran in the interval
     claim_p50_ms: float | None
     claim_p99_ms: float | None
@@ -73,7 +90,7 @@ class Interval:
 class Options:
     """The command line, checked; ``dsn`` already resolved (flag, env, embedded)."""
 
-    dsn: str
+    dsn: str  # "" until --own-server has started its server
     minutes: float
     rate: float
     interval: float
@@ -82,6 +99,7 @@ class Options:
     concurrency: int
     batch: int
     workers: int
+    own_server: bool
     out: pathlib.Path
 
     @property

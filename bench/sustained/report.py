@@ -1,5 +1,6 @@
 """The sustained run's output: the progress line per sample, the interval table, the
-decay summary, the header and the JSON results file."""
+decay summary, the header and the JSON results file (the thirds and the size marks come
+from ``trend``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from bench.harness import percentile
 from bench.report import environment, server_line, table
 from bench.sustained.model import Interval, Options
 from bench.sustained.sampling import TICK
+from bench.sustained.trend import flatness, flatnesstable, sizes_at, sizestable
 from bench.sustained.workers import Worker
 
 MB = 1024 * 1024
@@ -31,6 +33,10 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
 def progress_line(iv: Interval) -> str:
     behind = f"  PRODUCER BEHIND by {iv.producer_behind:,} jobs" if iv.producer_behind else ""
     t = iv.table
@@ -39,6 +45,8 @@ def progress_line(iv: Interval) -> str:
         f"  backlog {iv.backlog:,} (oldest {iv.oldest_age:.1f}s)"
         f"  table {t.table_bytes / MB:.1f} MB  index {t.index_bytes / MB:.1f} MB"
         f"  live {t.live_tuples:,}  dead {t.dead_tuples:,}  autovacuums {t.autovacuums}"
+        f"  pruned {iv.pruned_per_s:,.0f}/s (busy {_pct(iv.prune_busy)} %,"
+        f" {_ms(iv.prune_ms_mean)} ms/batch)"
         f"  claim p50/p99 {_ms(iv.claim_p50_ms)}/{_ms(iv.claim_p99_ms)} ms"
         f"  RSS {iv.rss_bytes / MB:.0f} MB{behind}"
     )
@@ -101,6 +109,9 @@ def intervaltable(intervals: Sequence[Interval]) -> str:
         "live rows",
         "dead tuples",
         "autovacuums",
+        "pruned/s",
+        "prune busy %",
+        "ms/batch",
         "claim p50 ms",
         "claim p99 ms",
         "RSS MB",
@@ -117,6 +128,9 @@ def intervaltable(intervals: Sequence[Interval]) -> str:
             f"{iv.table.live_tuples:,}",
             f"{iv.table.dead_tuples:,}",
             str(iv.table.autovacuums),
+            f"{iv.pruned_per_s:,.0f}",
+            _pct(iv.prune_busy),
+            _ms(iv.prune_ms_mean),
             _ms(iv.claim_p50_ms),
             _ms(iv.claim_p99_ms),
             f"{iv.rss_bytes / MB:.0f}",
@@ -186,7 +200,7 @@ def header(opts: Options, info: dict[str, Any]) -> str:
         f"minutes={opts.minutes:g} rate={opts.rate:g}/s interval={opts.interval:g}s "
         f"retention={opts.retention} prune-interval={opts.prune_interval} "
         f"concurrency={opts.concurrency} batch={opts.batch} "
-        f"workers={opts.workers}"
+        f"workers={opts.workers}" + (" own-server" if opts.own_server else "")
     )
 
 
@@ -202,12 +216,15 @@ def results_json(opts: Options, info: dict[str, Any], run: Run) -> dict[str, Any
             "concurrency": opts.concurrency,
             "batch": opts.batch,
             "workers": opts.workers,
+            "own_server": opts.own_server,
             "tick": TICK,
         },
         "interrupted": run.interrupted,
         "worker_exit_codes": [w.exit_code for w in run.workers],
         "intervals": [dataclasses.asdict(iv) for iv in run.intervals],
         "summary": summarize(run.intervals),
+        "flatness": flatness(run.intervals),
+        "sizes_at": sizes_at(run.intervals) if run.intervals else {},
     }
 
 
@@ -220,6 +237,10 @@ def report(opts: Options, info: dict[str, Any], run: Run) -> None:
     print(intervaltable(run.intervals))
     print()
     print(summarytable(summarize(run.intervals)))
+    print()
+    print(flatnesstable(flatness(run.intervals)))
+    print()
+    print(sizestable(run.intervals))
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(results_json(opts, info, run), indent=2) + "\n")
     print(f"\nresults: {opts.out}")

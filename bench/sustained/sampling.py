@@ -15,7 +15,7 @@ import psycopg
 
 import leaseq
 from bench.harness import QUEUE, TASK, BenchError, ms
-from bench.sustained.model import Buckets, Interval, Snapshot, TableStats
+from bench.sustained.model import Buckets, Interval, PruneStats, Snapshot, TableStats
 from bench.sustained.workers import Worker, rss_bytes, scrape
 
 TICK = 0.1  # seconds between two enqueue_many calls of the producer
@@ -29,6 +29,27 @@ SELECT pg_relation_size(relid), pg_indexes_size(relid), n_live_tup, n_dead_tup,
        autovacuum_count, last_autovacuum, autoanalyze_count, n_tup_del
 FROM pg_stat_user_tables WHERE schemaname = %s AND relname = 'jobs'
 """
+# Every table (main fork: its heap) and index of the schema, by name: which index bloats.
+RELATION_SIZES = """
+SELECT c.relname, pg_relation_size(c.oid)
+FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relkind IN ('r', 'i')
+ORDER BY c.relname
+"""
+# The worker's prune statement (leaseq's prune_finished: the one that deletes jobs whose
+# finished_at is past the cut-off), summed over its entries in pg_stat_statements, which
+# stores the text with its constants replaced by $n.
+PRUNE_STATEMENT = """
+SELECT count(*), coalesce(sum(calls), 0), coalesce(sum(rows), 0),
+       coalesce(sum(total_exec_time), 0)
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND query LIKE %s AND query LIKE %s
+"""
+PRUNE_PATTERNS = (
+    "%DELETE FROM %.jobs AS j%",
+    "%finished_at < now() - make_interval%",
+)
 
 
 # -- the producer -----------------------------------------------------------------------
@@ -111,6 +132,7 @@ def table_stats(conn: psycopg.Connection[Any], schema: str) -> TableStats:
     if row is None:
         raise BenchError(f"no statistics for {schema}.jobs")
     table, index, live, dead, autovac, last_autovac, autoanalyze, deleted = row
+    sizes = tuple((str(name), int(size)) for name, size in conn.execute(RELATION_SIZES, (schema,)))
     return TableStats(
         table_bytes=int(table),
         index_bytes=int(index),
@@ -120,7 +142,26 @@ def table_stats(conn: psycopg.Connection[Any], schema: str) -> TableStats:
         last_autovacuum=None if last_autovac is None else last_autovac.isoformat(),
         autoanalyzes=int(autoanalyze),
         deleted_tuples=int(deleted),
+        sizes=sizes,
     )
+
+
+def has_statements(conn: psycopg.Connection[Any]) -> bool:
+    """Whether pg_stat_statements can be read here (loaded and its view created)."""
+    try:
+        conn.execute("SELECT 1 FROM pg_stat_statements LIMIT 1")
+    except psycopg.Error:
+        return False
+    return True
+
+
+def prune_stats(conn: psycopg.Connection[Any]) -> PruneStats | None:
+    """The prune statement's cumulative calls, rows and time; None before it first ran."""
+    row = conn.execute(PRUNE_STATEMENT, PRUNE_PATTERNS).fetchone()
+    if row is None or not row[0]:
+        return None
+    _, calls, rows, exec_ms = row
+    return PruneStats(calls=int(calls), rows=int(rows), exec_ms=float(exec_ms))
 
 
 def add_buckets(a: Buckets, b: Buckets) -> Buckets:
@@ -135,6 +176,7 @@ def take_snapshot(
     client: leaseq.Client,
     workers: Sequence[Worker],
     producer: Producer | None,
+    statements: bool = False,
 ) -> Snapshot:
     """Workers first (counter, histogram, memory), then the database. The producer's
     count is read at the scrape, so offered and finished cover the same moments."""
@@ -158,6 +200,7 @@ def take_snapshot(
         running=sum(q.running for q in queues),
         oldest_age=max((q.oldest_ready_age for q in queues), default=0.0),
         table=table_stats(conn, client.schema),
+        prune=prune_stats(conn) if statements else None,
         rss=tuple(rss_bytes(w.proc.pid) for w in workers),
     )
 
@@ -197,6 +240,13 @@ def interval_between(before: Snapshot, after: Snapshot, started: float) -> Inter
     window = diff_buckets(after.claim_buckets, before.claim_buckets)
     p50, p99 = (bucket_quantile(window, q) for q in (0.50, 0.99))
     t = after.table
+    calls = busy = mean = None
+    if after.prune is not None:
+        was = before.prune or PruneStats(0, 0, 0.0)
+        calls = after.prune.calls - was.calls
+        spent = after.prune.exec_ms - was.exec_ms
+        busy = spent / 1000 / seconds
+        mean = spent / calls if calls else None
     return Interval(
         t=after.at - started,
         seconds=seconds,
@@ -209,6 +259,10 @@ def interval_between(before: Snapshot, after: Snapshot, started: float) -> Inter
         running=after.running,
         oldest_age=after.oldest_age,
         table=t,
+        pruned_per_s=(t.deleted_tuples - before.table.deleted_tuples) / seconds,
+        prune_calls=calls,
+        prune_ms_mean=mean,
+        prune_busy=busy,
         claims=round(window[-1][1]) if window else 0,
         claim_p50_ms=None if p50 is None else ms(p50),
         claim_p99_ms=None if p99 is None else ms(p99),

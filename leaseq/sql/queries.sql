@@ -888,21 +888,29 @@ RETURNING job_id;
 -- name: prune_finished
 -- Retention: removes succeeded and cancelled jobs older than the cut-off, and their trail,
 -- in bounded batches. It locks only finished rows (SKIP LOCKED), which no claim touches,
--- so pruning never delays a claim; scanning in id order finds the oldest rows first.
+-- so pruning never delays a claim. It reads jobs_prunable_idx oldest first and stops at
+-- the cut-off: a batch reads about the rows it deletes, not the retention window or the
+-- backlog (walking the primary key instead made each round's last batch read them all).
+-- The deletes take the batch as one array (= ANY), so each is a lookup per id whatever
+-- the plan: the worker runs this on its generic plan, which, joining the batch instead,
+-- expected a large batch and read the whole jobs table (seq scan or a merge join from the
+-- first id) for every 1,000 rows: 0.6-1.1 s a batch at 400k rows, instead of ~10 ms.
 WITH doomed AS (
   SELECT id
   FROM {schema}.jobs
   WHERE status IN ('succeeded', 'cancelled')
     AND finished_at < now() - make_interval(secs => %(older_than)s)
-  ORDER BY id
+  ORDER BY finished_at
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
+), batch AS (
+  SELECT ARRAY(SELECT id FROM doomed) AS ids
 ), trail AS (
-  DELETE FROM {schema}.job_events AS e USING doomed WHERE e.job_id = doomed.id
+  DELETE FROM {schema}.job_events AS e WHERE e.job_id = ANY((SELECT ids FROM batch)::bigint[])
 ), effects AS (
-  DELETE FROM {schema}.job_effects AS f USING doomed WHERE f.job_id = doomed.id
+  DELETE FROM {schema}.job_effects AS f WHERE f.job_id = ANY((SELECT ids FROM batch)::bigint[])
 )
-DELETE FROM {schema}.jobs AS j USING doomed WHERE j.id = doomed.id
+DELETE FROM {schema}.jobs AS j WHERE j.id = ANY((SELECT ids FROM batch)::bigint[])
 RETURNING j.id;
 
 

@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 14
+-- schema version: 15
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -31,7 +31,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (11, 'limits'),
   (12, 'workflows'),
   (13, 'limits_cost'),
-  (14, 'queue_stats_indexed');
+  (14, 'queue_stats_indexed'),
+  (15, 'prune_index');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -129,6 +130,12 @@ CREATE INDEX jobs_expired_lease_idx
 CREATE INDEX jobs_dead_idx
   ON {schema}.jobs (queue_name, finished_at)
   WHERE status = 'dead';
+
+-- Retention reads finished rows oldest first and stops at the cut-off, never walking the
+-- retention window, the backlog or dead tuples (version 15).
+CREATE INDEX jobs_prunable_idx
+  ON {schema}.jobs (finished_at)
+  WHERE status IN ('succeeded', 'cancelled');
 
 -- A key's live jobs in order: finds a key's head and the next job to unblock.
 CREATE INDEX jobs_ordering_idx
