@@ -312,10 +312,12 @@ class PatroniCluster:
         self._etcd = self._spawn(args, "etcd.log", as_server_user=False)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{client}/health", timeout=1) as reply:
-                    if json.loads(reply.read()).get("health") == "true":
-                        return
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{client}/health", timeout=1) as reply,
+            ):
+                if json.loads(reply.read()).get("health") == "true":
+                    return
             time.sleep(0.1)
         raise PatroniError(f"etcd did not start; see {self.base / 'etcd.log'}")
 
