@@ -219,15 +219,17 @@ class PatroniCluster:
         while time.monotonic() < deadline:
             members = self.members()
             leader = next((str(m["name"]) for m in members if m.get("role") == "leader"), None)
+            sync = self.synchronous()
+            # In synchronous mode Patroni must also have named the replica its synchronous
+            # standby (in etcd), or a switchover to it is refused.
+            roles = ("sync_standby",) if sync else ("replica", "sync_standby")
             replica_ready = any(
-                m.get("role") in ("replica", "sync_standby")
-                and m.get("state") in ("running", "streaming")
+                m.get("role") in roles and m.get("state") in ("running", "streaming")
                 for m in members
             )
             if leader is not None and replica_ready and self._writable(leader):
                 with contextlib.suppress(psycopg.Error):
                     with psycopg.connect(self.dsn(leader, "postgres"), autocommit=True) as c:
-                        sync = self.synchronous()
                         row = c.execute(
                             "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
                             " AND (NOT %s OR sync_state = 'sync')",
