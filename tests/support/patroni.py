@@ -271,7 +271,8 @@ class PatroniCluster:
         return old, new
 
     def crash_leader(self) -> str:
-        """``kill -9`` of the leader's Patroni, postmaster and backends; returns its name."""
+        """``kill -9`` of the leader's Patroni, postmaster and backends (frozen first, so no
+        client hears a goodbye: its connections just break); returns its name."""
         old = self.wait_healthy()
         _kill(self._patroni[old].pid)
         self._patroni[old].wait(10)
@@ -410,7 +411,13 @@ class PatroniCluster:
             backends = postmaster.children()
         except psutil.NoSuchProcess:
             return
-        for proc in [postmaster, *backends]:
+        # Freeze them all first: a node that dies sends nothing, whereas a backend that
+        # outlived its postmaster for a moment would tell its client 57P01 (admin_shutdown).
+        doomed = [postmaster, *backends]
+        for proc in doomed:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(proc.pid, signal.SIGSTOP)
+        for proc in doomed:
             _kill(proc.pid)
 
     def _sweep(self) -> None:
