@@ -230,8 +230,7 @@ class FailoverRun:
         report: FailoverReport | None = None
         cluster = PatroniCluster(synchronous=cfg.synchronous)
         try:
-            cluster.__enter__()
-            self.cluster = cluster
+            self.cluster = cluster.start()
             self.dsn = cluster.multi_host_dsn()
             with leaseq.Client(self.dsn, schema=SCHEMA) as client:
                 client.migrate()
@@ -260,6 +259,7 @@ class FailoverRun:
                 shutil.rmtree(base, ignore_errors=True)
             elif report is not None:
                 report.run_dir = base
+        assert report is not None
         return report
 
     # -- load ------------------------------------------------------------------------------
