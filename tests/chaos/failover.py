@@ -91,14 +91,17 @@ class FailoverConfig:
     gap: tuple[float, float] = (3.0, 10.0)
     #: Handler work, uniform in this range (seconds).
     work: tuple[float, float] = (0.02, 0.3)
+    #: Before each hard failover the primary's WAL senders are frozen for a time in this
+    #: range (seconds), so the crash takes commits the replica never got (async mode).
+    lag: tuple[float, float] = (0.2, 1.5)
     #: An async-mode enqueue that returned this close before a crash may be lost with it.
     caveat: float = 10.0
     drain_timeout: float = 120.0
     keep: bool = False
     verbose: bool = False
 
-    def schedule(self) -> tuple[tuple[float, str], ...]:
-        return make_schedule(self.seed, self.seconds, self.gap)
+    def schedule(self) -> tuple[tuple[float, str, float], ...]:
+        return make_schedule(self.seed, self.seconds, self.gap, self.lag)
 
     def command(self) -> str:
         mode = "--sync" if self.synchronous else "--async"
@@ -109,19 +112,21 @@ class FailoverConfig:
 
 
 def make_schedule(
-    seed: int, seconds: float, gap: tuple[float, float]
-) -> tuple[tuple[float, str], ...]:
-    """(earliest start within the window, operation): alternating kinds in a seeded order,
-    both kinds early on. Operations block until the cluster is healthy, so the real times
-    drift later; an operation whose turn comes after the window is left out."""
+    seed: int, seconds: float, gap: tuple[float, float], lag: tuple[float, float] = (0.0, 0.0)
+) -> tuple[tuple[float, str, float], ...]:
+    """(earliest start within the window, operation, replica lag before a hard failover's
+    crash): both kinds early on in a seeded order, then drawn by weight. Operations block
+    until the cluster is healthy, so the real times drift later; an operation whose turn
+    comes after the window is left out."""
     rng = random.Random(seed)
     kinds = list(OPERATIONS)
     rng.shuffle(kinds)
-    plan: list[tuple[float, str]] = []
+    plan: list[tuple[float, str, float]] = []
     t = rng.uniform(*gap)
     while t < seconds:
         kind = kinds.pop(0) if kinds else rng.choices(OPERATIONS, (1, 2))[0]
-        plan.append((round(t, 2), kind))
+        replica_lag = rng.uniform(*lag) if kind == "hard" else 0.0
+        plan.append((round(t, 2), kind, round(replica_lag, 2)))
         # a switchover takes ~5 s, a hard failover ~20 s (ttl + promotion + rejoin)
         t += (6.0 if kind == "switchover" else 22.0) + rng.uniform(*gap)
     return tuple(plan)
@@ -239,6 +244,7 @@ class FailoverRun:
                 self._enqueue_batch(client, cfg.jobs // 3)
             for _ in range(cfg.workers):
                 self._spawn(base)
+            self._wait_workers_listening()
             feeder = threading.Thread(target=self._feed, name="enqueuer", daemon=True)
             feeder.start()
             try:
@@ -331,6 +337,24 @@ class FailoverRun:
         )  # fmt: skip
         self.workers.append(WorkerProcess(self.dsn, SCHEMA, *args, log_dir=base / "logs", app=APP))
 
+    def _wait_workers_listening(self, timeout: float = 60.0) -> None:
+        """Until every worker has its LISTEN connection: a worker that cannot connect at
+        start exits (a bad DSN fails fast), so the chaos starts only once all are up."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with (
+                contextlib.suppress(psycopg.Error),
+                psycopg.connect(self.dsn, autocommit=True) as conn,
+            ):
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE application_name = 'leaseq-listener'"
+                ).fetchone()
+                if row is not None and row[0] >= self.cfg.workers:
+                    return
+            time.sleep(0.2)
+        self.notes.append(f"workers not all listening after {timeout:.0f}s")
+
     def _watch(self, base: pathlib.Path) -> None:
         for worker in list(self.workers):
             code = worker.proc.poll()
@@ -350,7 +374,7 @@ class FailoverRun:
 
     def _chaos(self, base: pathlib.Path) -> None:
         start = time.monotonic()
-        for at, kind in self.cfg.schedule():
+        for at, kind, replica_lag in self.cfg.schedule():
             while time.monotonic() < start + at:
                 self._watch(base)
                 time.sleep(0.1)
@@ -361,12 +385,13 @@ class FailoverRun:
                 old, new = self.cluster.switchover()
                 self.switchovers += 1
             else:
-                old = self.cluster.crash_leader()
+                old = self.cluster.crash_leader(replica_lag)
                 self.crashes.append(time.time())
                 new = self.cluster.wait_leader()
                 self.cluster.restart_node(old)
                 self.cluster.wait_healthy()
-            self._note(f"{kind} {old} -> {new} in {time.monotonic() - began:.1f}s")
+            lagged = f" (replica {replica_lag:.2f}s behind)" if kind == "hard" else ""
+            self._note(f"{kind}{lagged} {old} -> {new} in {time.monotonic() - began:.1f}s")
             self._watch(base)
         while time.monotonic() < start + self.cfg.seconds:
             self._watch(base)

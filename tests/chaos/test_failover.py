@@ -83,7 +83,10 @@ def _report(cfg: FailoverConfig, found: dict[str, object]) -> FailoverReport:
 def test_the_schedule_is_a_function_of_the_seed_with_both_kinds() -> None:
     a = make_schedule(5, 600, (3, 10))
     assert a == make_schedule(5, 600, (3, 10)) != make_schedule(6, 600, (3, 10))
-    assert {kind for _, kind in a[:2]} == {"switchover", "hard"}
+    assert {kind for _, kind, _lag in a[:2]} == {"switchover", "hard"}
+    assert all(lag == 0 for _, _, lag in a)  # no lag asked for
+    lagged = make_schedule(5, 600, (3, 10), (0.2, 1.5))
+    assert all((0.2 <= lag <= 1.5) == (kind == "hard") for _, kind, lag in lagged)
 
 
 def _ci_config(synchronous: bool) -> FailoverConfig:
@@ -102,12 +105,13 @@ def test_failover_run_keeps_the_ha_invariants(synchronous: bool) -> None:
     report = run_failover(config)
     assert report.ok, report.line() + "\n" + report.details()
     assert report.switchovers >= 1 and report.hard >= 1, report.line()
+    assert report.workers_restarted == 0, report.details()  # they followed every failover
     assert report.jobs >= 400, report.line()  # enough load went through the failovers
 
 
 def test_the_ci_configuration_fits_both_kinds_in_its_window() -> None:
     for synchronous in (False, True):
         cfg = _ci_config(synchronous)
-        kinds = [kind for at, kind in cfg.schedule() if at < cfg.seconds]
+        kinds = [kind for at, kind, _lag in cfg.schedule() if at < cfg.seconds]
         assert {"switchover", "hard"} <= set(kinds)
     assert dataclasses.replace(_ci_config(True), seconds=1).schedule() == ()

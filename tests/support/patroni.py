@@ -270,14 +270,36 @@ class PatroniCluster:
             raise PatroniError(f"switchover {old} -> {new} did not happen; {self._where()}")
         return old, new
 
-    def crash_leader(self) -> str:
+    def crash_leader(self, replica_lag: float = 0.0) -> str:
         """``kill -9`` of the leader's Patroni, postmaster and backends (frozen first, so no
-        client hears a goodbye: its connections just break); returns its name."""
+        client hears a goodbye: its connections just break); returns its name.
+
+        ``replica_lag``: first freeze the leader's WAL senders for that many seconds, so the
+        replica misses what the primary commits meanwhile, as a lagging replica would: with
+        asynchronous replication those commits are lost by the failover; in synchronous
+        mode they wait for the standby and are never acknowledged."""
         old = self.wait_healthy()
+        if replica_lag > 0:
+            for pid in self._wal_senders(old):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)  # killed below with the rest
+            time.sleep(replica_lag)
         _kill(self._patroni[old].pid)
         self._patroni[old].wait(10)
         self._kill_postgres(old)
         return old
+
+    def _wal_senders(self, name: str) -> list[int]:
+        found = read_pidfile(self.base / name / "data")
+        if found is None:
+            return []
+        with contextlib.suppress(psutil.Error):
+            return [
+                kid.pid
+                for kid in psutil.Process(found.pid).children()
+                if "walsender" in " ".join(kid.cmdline())
+            ]
+        return []
 
     def restart_node(self, name: str) -> None:
         """Start the node's Patroni again (it rejoins as a replica)."""
