@@ -31,7 +31,9 @@ reappeared=… failovers=…`` (then ``lost_enqueues=…``, the mode and the see
                     own commit can have been lost with the old primary (the documented
                     caveat), and it is counted as ``lost_enqueues`` instead.
 ``stale_success``   succeeded jobs whose effect row was written under another token than the
-                    job's final one, or effect rows of jobs that did not succeed.
+                    job's final one, or by an earlier execution under that token than the
+                    latest (a token issued twice after a lost claim), or effect rows of
+                    jobs that did not succeed.
 ``double_effects``  jobs with more than one effect row (the effect committed twice).
 ``duplicates``      executions beyond one per job (retries after lost leases, lost claims,
                     lost completions).
@@ -435,7 +437,9 @@ class FailoverRun:
                 ).format(s)
             ).fetchall()
             rows = conn.execute(
-                sql.SQL("SELECT job_id, token FROM {}.{}").format(s, sql.Identifier(EFFECTS_TABLE))
+                sql.SQL("SELECT job_id, token, pid, exec_start FROM {}.{}").format(
+                    s, sql.Identifier(EFFECTS_TABLE)
+                )
             ).fetchall()
         result = check(self.cfg, jobs, rows, read_execs(self.exec_dir), self.enqueued, self.crashes)
         return FailoverReport(
@@ -476,8 +480,10 @@ def check(
     """The invariants (see the module docstring), on what the database and the logs say."""
     by_id = {int(r[0]): (str(r[1]), int(r[2]), r[3]) for r in jobs}
     effects: dict[int, list[int]] = defaultdict(list)
-    for job_id, token in rows:
+    writers: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for job_id, token, pid, exec_start in rows:
         effects[int(job_id)].append(int(token))
+        writers[int(job_id)].append((int(pid), float(exec_start)))
     runs: dict[int, list[Exec]] = defaultdict(list)
     for ex in execs:
         runs[ex.job].append(ex)
@@ -508,6 +514,19 @@ def check(
             stale.append(f"job {job_id} is {status} but has effect rows (tokens {tokens})")
         elif any(t != final for t in tokens):
             stale.append(f"job {job_id}: effect under token {tokens}, final token {final}")
+        else:
+            # A lost claim lets the final token be issued twice (the owner differs): the
+            # effect must be the latest execution's under it, not the stale one's.
+            under = [ex for ex in runs.get(job_id, []) if ex.token == final]
+            if under:
+                last = max(under, key=lambda ex: ex.start)
+                for pid, start in writers[job_id]:
+                    if pid != last.pid or abs(start - last.start) > 1e-3:
+                        stale.append(
+                            f"job {job_id}: effect by the execution started at {start:.6f} in "
+                            f"pid {pid}, not by the latest one under token {final} "
+                            f"({last.start:.6f} in pid {last.pid})"
+                        )
 
     reappeared: list[str] = []
     duplicates = 0

@@ -34,7 +34,8 @@ def _committed(job: int, token: int, start: float) -> Exec:
 def test_a_clean_run_passes() -> None:
     jobs = [(1, "succeeded", 1, 0), (2, "succeeded", 2, 1)]
     execs = [_committed(1, 1, 1.0), Exec(2, 1, 11, 1.0, 1.2, "lease_lost"), _committed(2, 2, 3)]
-    found = check(SYNC, jobs, [(1, 1), (2, 2)], execs, [Enqueued(1, 0, 0), Enqueued(2, 1, 0)], [])
+    rows = [(1, 1, 10, 1.0), (2, 2, 10, 3.0)]
+    found = check(SYNC, jobs, rows, execs, [Enqueued(1, 0, 0), Enqueued(2, 1, 0)], [])
     assert (found["lost"], found["stale_success"], found["double_effects"]) == ([], [], [])
     assert found["reappeared"] == [] and found["duplicates"] == 1
 
@@ -55,19 +56,29 @@ def test_a_job_left_running_is_lost() -> None:
 
 def test_an_effect_under_a_stale_token_or_without_success_is_a_stale_success() -> None:
     jobs = [(1, "succeeded", 2, 0), (2, "dead", 1, 1)]
-    found = check(ASYNC, jobs, [(1, 1), (2, 1)], [], [], [])
+    found = check(ASYNC, jobs, [(1, 1, 10, 1.0), (2, 1, 10, 1.0)], [], [], [])
     assert len(found["stale_success"]) == 2
 
 
+def test_an_effect_by_the_stale_holder_of_a_reissued_token_is_a_stale_success() -> None:
+    """A lost claim: the new primary issued token 1 again, to another execution. The effect
+    row must be the later execution's; the first one's fenced commit must have failed."""
+    jobs = [(1, "succeeded", 1, 0)]
+    execs = [_committed(1, 1, 1.0), _committed(1, 1, 5.0)]
+    stale_row = [(1, 1, 10, 1.0)]
+    assert len(check(ASYNC, jobs, stale_row, execs, [], [])["stale_success"]) == 1
+    assert check(ASYNC, jobs, [(1, 1, 10, 5.0)], execs, [], [])["stale_success"] == []
+
+
 def test_two_effect_rows_of_one_job_are_a_double_effect() -> None:
-    found = check(ASYNC, [(1, "succeeded", 2, 0)], [(1, 2), (1, 2)], [], [], [])
+    found = check(ASYNC, [(1, "succeeded", 2, 0)], [(1, 2, 10, 1.0), (1, 2, 11, 2.0)], [], [], [])
     assert len(found["double_effects"]) == 1
 
 
 def test_an_acknowledged_completion_that_runs_again_reappeared() -> None:
     jobs = [(1, "succeeded", 2, 0)]
     execs = [_committed(1, 1, 1.0), _committed(1, 2, 5.0)]
-    found = check(SYNC, jobs, [(1, 2)], execs, [Enqueued(1, 0, 0)], [])
+    found = check(SYNC, jobs, [(1, 2, 10, 5.0)], execs, [Enqueued(1, 0, 0)], [])
     assert len(found["reappeared"]) == 1
     report_sync = _report(SYNC, found)
     assert not report_sync.ok and report_sync.violations["reappeared"]
