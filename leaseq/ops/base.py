@@ -181,15 +181,16 @@ class ClientBase:
 
     @contextlib.contextmanager
     def _pooled(self) -> Iterator[Connection[TupleRow]]:
-        """A connection from the pool; after a failover error (``FAILOVER_SQLSTATES``) it
-        is closed, and the pool's other connections are replaced, instead of being handed
-        out again. The error itself goes to the caller (a worker counts it as an outage)."""
+        """A connection from the pool; after a failover error (``FAILOVER_SQLSTATES``, or a
+        connection that broke: a server that died says nothing) it is closed, and the pool's
+        other connections are replaced, instead of being handed out again one error each.
+        The error itself goes to the caller (a worker counts it as an outage)."""
         pool = self._get_pool()
         with pool.connection() as conn:
             try:
                 yield conn
             except psycopg.Error as exc:
-                if exc.sqlstate in FAILOVER_SQLSTATES:
+                if exc.sqlstate in FAILOVER_SQLSTATES or conn.broken:
                     conn.close()  # a closed connection is dropped when returned
                     pool.drain()
                 raise

@@ -177,15 +177,16 @@ class AsyncClientBase:
 
     @contextlib.asynccontextmanager
     async def _pooled(self) -> AsyncIterator[AsyncConnection[TupleRow]]:
-        """A connection from the pool; after a failover error (``FAILOVER_SQLSTATES``) it
-        is closed, and the pool's other connections are replaced, instead of being handed
-        out again. The error itself goes to the caller (a worker counts it as an outage)."""
+        """A connection from the pool; after a failover error (``FAILOVER_SQLSTATES``, or a
+        connection that broke: a server that died says nothing) it is closed, and the pool's
+        other connections are replaced, instead of being handed out again one error each.
+        The error itself goes to the caller (a worker counts it as an outage)."""
         pool = await self._get_pool()
         async with pool.connection() as conn:
             try:
                 yield conn
             except psycopg.Error as exc:
-                if exc.sqlstate in FAILOVER_SQLSTATES:
+                if exc.sqlstate in FAILOVER_SQLSTATES or conn.broken:
                     await conn.close()  # a closed connection is dropped when returned
                     await pool.drain()
                 raise

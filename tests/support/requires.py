@@ -28,6 +28,9 @@ DEBIAN_PACKAGES = {
     # The dashboard's browser test (tests/acceptance/test_web_browser.py), driven by
     # Playwright pointed at this browser (never `playwright install`).
     "chromium": "chromium",
+    # The Patroni cluster of the failover tests (tests/support/patroni.py).
+    "patroni": "patroni",
+    "etcd": "etcd-server",
 }
 # Debian puts daemons and `ip` in sbin, which a non-root PATH often lacks.
 _SBIN = os.pathsep.join(["/usr/local/sbin", "/usr/sbin", "/sbin"])
