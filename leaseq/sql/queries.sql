@@ -461,6 +461,24 @@ j.id = ANY(%(ids)s::bigint[])
       = (SELECT %(tokens)s::bigint[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))]
   AND j.lease_expires_at > now()
 
+-- name: _failure_events
+-- The trail rows of a fenced failure batch, from its upd (status, owner, lease_token,
+-- attempt_count, code, class, reason, detail, cancel_asked): the same statement that
+-- applied the failures writes them, so the trail cannot miss a transition. "cancel
+-- requested" only where a cancel request made it cancelled (a superseded job says why).
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
+   error_class, detail)
+SELECT id,
+       CASE status WHEN 'pending' THEN 'retry_scheduled' WHEN 'dead' THEN 'dead'
+                   ELSE 'cancelled' END,
+       'running', status, owner, lease_token, attempt_count, code, class,
+       left(CASE WHEN status = 'cancelled' AND cancel_asked THEN 'cancel requested'
+                 ELSE reason END
+            || coalesce(': ' || detail, ''), 4000)
+FROM upd
+RETURNING job_id, to_status::text
+
 -- name: _failure_input
 -- The failures of a batch as Python decided them (fail_jobs, fail_keyed_jobs), one row each.
 SELECT *
@@ -577,19 +595,9 @@ WITH d AS (
     -- As in complete_jobs: a job with dependents takes fail_keyed_jobs.
     AND NOT j.has_dependents
   RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
-            d.class, d.reason
+            d.class, d.reason, j.cancel_requested_at IS NOT NULL AS cancel_asked
 )
-INSERT INTO {schema}.job_events
-  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
-   error_class, detail)
-SELECT id,
-       CASE status WHEN 'pending' THEN 'retry_scheduled' WHEN 'dead' THEN 'dead'
-                   ELSE 'cancelled' END,
-       'running', status, owner, lease_token, attempt_count, code, class,
-       left(CASE status WHEN 'cancelled' THEN 'cancel requested' ELSE reason END
-            || coalesce(': ' || detail, ''), 4000)
-FROM upd
-RETURNING job_id, to_status::text;
+{_failure_events};
 
 -- name: fail_limited_jobs
 -- fail_jobs for leases claimed under limits (no unique key, no dependents): the same
@@ -604,18 +612,7 @@ WITH d AS (
   RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
             d.class, d.reason, j.cancel_requested_at IS NOT NULL AS cancel_asked
 ), {_slots_release}
-INSERT INTO {schema}.job_events
-  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
-   error_class, detail)
-SELECT id,
-       CASE status WHEN 'pending' THEN 'retry_scheduled' WHEN 'dead' THEN 'dead'
-                   ELSE 'cancelled' END,
-       'running', status, owner, lease_token, attempt_count, code, class,
-       left(CASE WHEN status = 'cancelled' AND cancel_asked THEN 'cancel requested'
-                 ELSE reason END
-            || coalesce(': ' || detail, ''), 4000)
-FROM upd
-RETURNING job_id, to_status::text;
+{_failure_events};
 
 -- name: fail_keyed_jobs
 -- fail_jobs for leases of jobs with a unique key. Two differences: a job whose key moved
@@ -644,18 +641,7 @@ WITH d0 AS (
 ), fin AS (
   SELECT * FROM upd WHERE unique_key IS NOT NULL AND status <> 'pending'
 ), {_unique_release}, {_slots_release}
-INSERT INTO {schema}.job_events
-  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
-   error_class, detail)
-SELECT id,
-       CASE status WHEN 'pending' THEN 'retry_scheduled' WHEN 'dead' THEN 'dead'
-                   ELSE 'cancelled' END,
-       'running', status, owner, lease_token, attempt_count, code, class,
-       left(CASE WHEN status = 'cancelled' AND cancel_asked THEN 'cancel requested'
-                 ELSE reason END
-            || coalesce(': ' || detail, ''), 4000)
-FROM upd
-RETURNING job_id, to_status::text;
+{_failure_events};
 
 -- name: release_jobs
 -- Gives back leases whose handler never started (shutdown): the attempt is not charged
