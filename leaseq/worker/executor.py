@@ -101,7 +101,20 @@ class Executor:
             self._slots.take(lambda: self._granted(job))
             return
         # Unnamed: a name costs a formatted string per job (job ids are in the logs).
-        running.task = asyncio.create_task(self._run_job(running))
+        task = running.task = asyncio.create_task(self._run_job(running))
+        task.add_done_callback(lambda done: self._cancelled_before_its_first_step(running, done))
+
+    def _cancelled_before_its_first_step(self, running: Running, task: asyncio.Task[None]) -> None:
+        """A task cancelled before its first step never enters ``_run_job`` (the coroutine
+        is closed unstarted), so its ``finally`` never forgets the attempt: an abort that
+        came that early (a lease found lost while the task waited for the loop) left the
+        attempt in flight for ever, and the worker's stop waited for it. Do what
+        ``_run_job`` would have done: report the abort's outcome, or forget the attempt."""
+        if not task.cancelled() or not self.inflight.holds(running):
+            return
+        if running.ctx.aborted is not None and self._submit(running, running.lease):
+            return
+        self.inflight.forget(running)
 
     # -- sync attempts without a task ---------------------------------------------------
 

@@ -224,6 +224,9 @@ class InFlight:
         if running.deadline < self.keeper_wakes_at:
             self.sooner.set()  # the keeper must police this deadline, not sleep past it
 
+    def holds(self, running: Running) -> bool:
+        return self._running.get(running.key) is running
+
     def forget(self, running: Running) -> None:
         self._running.pop(running.key, None)
         self.slot_freed.set()

@@ -7,8 +7,6 @@ clock query, the raw processes' fan-out or the capabilities set-up and these fai
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from bench.harness import SYNC_TASK, Sample, Settings
@@ -52,7 +50,6 @@ def test_capabilities_in_use_elsewhere_leave_the_plain_queue_to_drain(dsn: str) 
     assert_two_clocks(samples, regression.NAME)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pgqueuer") is None, reason="pgqueuer not installed")
 def test_pgqueuer_two_processes_are_timed_from_its_log(dsn: str) -> None:
     samples = peer_drains.PGQUEUER_2P.fn(settings(dsn))  # checks every job logged once
     assert_two_clocks(samples, "drain-pgqueuer-2p")
