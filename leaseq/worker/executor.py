@@ -101,8 +101,9 @@ class Executor:
             self._slots.take(lambda: self._granted(job))
             return
         # Unnamed: a name costs a formatted string per job (job ids are in the logs).
-        task = running.task = asyncio.create_task(self._run_job(running))
-        task.add_done_callback(lambda done: self._cancelled_before_its_first_step(running, done))
+        attempt = asyncio.create_task(self._run_job(running))
+        attempt.add_done_callback(lambda done: self._cancelled_before_its_first_step(running, done))
+        running.task = attempt
 
     def _cancelled_before_its_first_step(self, running: Running, task: asyncio.Task[None]) -> None:
         """A task cancelled before its first step never enters ``_run_job`` (the coroutine
