@@ -9,6 +9,7 @@
 - completer.py: batched fenced completions and failures.
 - maintenance.py: sweeper, priority aging, pruner and schedule ticker, as periodic services.
 - inflight.py: the running-jobs table and the one event hook behind stats and metrics.
+- stopping.py: ending the background tasks at exit (a cancel Python 3.11 lost is repeated).
 
 This module owns the lifecycle: start-up, signals (first: stop claiming and wait up to
 ``shutdown_timeout``; second: abandon), the shutdown itself, and the exit codes.
@@ -39,6 +40,7 @@ from leaseq.worker.leases import LeaseKeeper
 from leaseq.worker.listener import Listener
 from leaseq.worker.maintenance import services as maintenance_services
 from leaseq.worker.outage import TRANSIENT, Outage
+from leaseq.worker.stopping import stop_tasks
 
 #: One line when a worker starts serving (the CLI shows it at any verbosity).
 start_log = logging.getLogger("leaseq.start")
@@ -215,18 +217,16 @@ class Worker:
             await self._fetcher.run()
             await self._shutdown()
         finally:
-            for task in background:
-                task.cancel()
-            for task in background:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            if install_signal_handlers:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
-            await self.client.close()
-            await self._executor.close()
-            if observer is not None:
-                observer.stop()
+            try:
+                await stop_tasks(background, patience=self.config.op_timeout)
+            finally:  # also when the worker itself is cancelled meanwhile
+                if install_signal_handlers:
+                    for sig in (signal.SIGTERM, signal.SIGINT):
+                        loop.remove_signal_handler(sig)
+                await self.client.close()
+                await self._executor.close()
+                if observer is not None:
+                    observer.stop()
         log.info(
             "worker %s stopped: %d succeeded, %d failed, %d lost",
             self.worker_id,

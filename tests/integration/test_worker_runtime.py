@@ -228,3 +228,37 @@ async def test_worker_connections_run_generic_plans(dsn: str, schema: str) -> No
     finally:
         await worker.client.close()
         await plain.close()
+
+
+async def test_burst_worker_exits_though_a_background_task_lost_its_cancel(
+    dsn: str,
+    schema: str,
+    client: leaseq.Client,  # the client fixture migrates the schema
+) -> None:
+    """Boundary: the worker stops while a maintenance service is waiting inside its tick,
+    and the cancel is lost there (Python 3.11's wait_for drops a cancel that arrives with
+    its result; psycopg_pool waits for a connection through it). The service goes back to
+    sleep for its interval; the worker must still exit (a --burst worker hung in CI)."""
+    from leaseq.worker.maintenance import PeriodicService
+
+    class LosesOneCancel(PeriodicService):
+        name = "loses one cancel"
+        ticks = 0
+        lost = False
+
+        async def tick(self) -> None:
+            self.ticks += 1
+            if not self.lost:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    self.lost = True  # swallowed, as wait_for did
+
+    worker = leaseq.Worker(_app(dsn, schema), _config(drain=False, burst=True))
+    service = LosesOneCancel(worker.client, worker.outage, interval=3600, timeout=5)
+    worker._maintenance.append(service)
+    run = asyncio.create_task(worker.run())
+    done, _ = await asyncio.wait([run], timeout=20)  # a hang detector (the service sleeps 1 h)
+    assert run in done, "the worker did not exit"
+    assert run.result().succeeded == 0
+    assert service.lost and service.ticks == 1, "the stop reached the service mid-tick"
