@@ -9,6 +9,7 @@ The synchronous twin of ``leaseq/ops/lease_async.py``; see that file for the log
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,11 @@ from leaseq.rows import Unclaimable, leases_from_rows
 from leaseq.states import JobStatus
 
 log = logging.getLogger("leaseq.jobs")
+
+#: How long a queue's claims take admit() after its fast limited claim met a slot still
+#: held (claim_jobs): long enough that a nearly full limit costs one failed statement per
+#: this many seconds, short enough that a limit far from full again soon gets the fast path.
+CAREFUL_SECONDS = 10.0
 
 
 class LeaseOps(ClientBase):
@@ -58,13 +64,25 @@ class LeaseOps(ClientBase):
         """
         seconds = validate.check_positive_seconds("lease_seconds", lease_seconds)
         want = validate.check_int("limit", limit, 1, validate.CLAIM_LIMIT_MAX)
+        name = validate.check_name("queue", queue)
         params = {
-            "queue": validate.check_name("queue", queue),
+            "queue": name,
             "owner": claim_owner(validate.check_worker_id(worker)),
             "lease_seconds": seconds,
             "limit": want,
+            # In a caller's transaction a failed statement would end that transaction.
+            "careful": connection is not None
+            or self._careful_until.get(name, 0.0) > time.monotonic(),
         }
-        rows = self._rows("claim_jobs", params, connection)
+        try:
+            rows = self._rows("claim_jobs", params, connection)
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
+            # The fast path under a queue limit met a slot number still held (claim_jobs),
+            # or, waiting on one a claim in flight was taking, a claim waiting the other way
+            # round (the server ends one of the two): nothing was claimed. Claim again the
+            # careful way, and stay careful a while.
+            self._careful_until[name] = time.monotonic() + CAREFUL_SECONDS
+            rows = self._rows("claim_jobs", {**params, "careful": True}, connection)
         leases, unclaimable = leases_from_rows(rows, seconds)
         if unclaimable:
             self._end_unclaimable(unclaimable, connection)

@@ -84,6 +84,22 @@ slots_freed AS (
   END
 )
 
+-- name: _queue_wake
+-- (A RETURNING item of the upd that ends leases, alias j.) The wake-up of _slots_release
+-- for a queue limit, whose slots are on the job rows (jobs.queue_slot, version 16): a
+-- lease of a queue whose limit refused a claim lately sends a NOTIFY for that queue (the
+-- same payload twice in a transaction is sent once). When no queue limit refused lately,
+-- one uncorrelated check of the small limits table per statement, and nothing is sent.
+CASE
+  WHEN (SELECT EXISTS (SELECT 1 FROM {schema}.limits
+                       WHERE refused_at > now() - interval '5 minutes'
+                         AND left(name, 6) = 'queue:'))
+   AND EXISTS (SELECT 1 FROM {schema}.limits AS b
+               WHERE b.name IN ('queue:' || j.queue_name, 'queue:*')
+                 AND b.refused_at > now() - interval '5 minutes')
+  THEN pg_notify('leaseq.' || btrim('{schema}', '"'), j.queue_name)::text
+END AS queue_woken
+
 -- name: _unique_superseded
 -- For ended attempts (CTE d0 with an id column): does each job still hold its unique key?
 -- The key rows are locked (FOR UPDATE reads the latest committed version), so a follow-up
@@ -407,6 +423,53 @@ EXISTS (SELECT 1 FROM {schema}.limits
 --
 -- Pauses ({_not_paused}) are checked here, in the claim itself, so a pause needs no worker
 -- memory and holds through restarts and deploys.
+--
+-- Limits: the path is decided once, in lim (InitPlans over the small limits table):
+-- - plain: no limit can apply to this queue (the seed's claim, as cheap as without limits);
+-- - fast: this queue's only limit is a concurrency (no rate, no task or key limit anywhere,
+--   no slot held above it after a lowering): each job takes slot (id mod concurrency) + 1
+--   on its own row, and jobs_queue_slot_idx (unique per queue and number, version 16)
+--   decides. A number still held makes the statement fail (unique_violation, nothing
+--   claimed); the client then claims again with %(careful)s, and stays careful a while.
+-- - admit(): everything else (migration 0016), which also returns the queue slots.
+WITH lim AS MATERIALIZED (
+  SELECT a.apply,
+         coalesce(a.apply AND NOT %(careful)s AND q.rate IS NULL AND q.conc IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS o
+                                  WHERE left(o.name, 6) <> 'queue:')
+                  -- No slot held above the limit (lowered meanwhile): the highest slot
+                  -- held, one step down jobs_queue_slot_idx.
+                  AND coalesce((SELECT max(h.queue_slot) FROM {schema}.jobs AS h
+                                WHERE h.queue_name = %(queue)s AND h.queue_slot IS NOT NULL),
+                               0) <= q.conc,
+                  false) AS fast,
+         q.conc
+  FROM (SELECT {_limits_apply} AS apply) AS a
+  -- The queue's own limit, else the queue family's (names are unique: a row at most each).
+  LEFT JOIN {schema}.limits AS e ON a.apply AND e.name = 'queue:' || %(queue)s
+  LEFT JOIN {schema}.limits AS f ON a.apply AND e.name IS NULL AND f.name = 'queue:*'
+  CROSS JOIN LATERAL (
+    SELECT coalesce(e.concurrency, f.concurrency) AS conc,
+           CASE WHEN e.name IS NOT NULL THEN e.rate ELSE f.rate END AS rate
+  ) AS q
+), pick AS MATERIALIZED (
+  SELECT CASE
+           WHEN NOT l.apply
+             THEN ARRAY({_claim_candidates} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+           WHEN l.fast
+             THEN ARRAY({_claim_candidates} LIMIT least(%(limit)s, l.conc) FOR UPDATE SKIP LOCKED)
+         END AS ids,
+         -- A bounded scan of candidates (enough to step over a few full keys, bounded so
+         -- the claim stays short), read unlocked in claim order; admit() locks each it tries
+         -- (SKIP LOCKED, re-checked), takes their slots and rate tokens and returns the
+         -- first %(limit)s that got all of them. The others stay pending in their place (no
+         -- attempt charged) and the claim takes later work instead.
+         CASE WHEN l.apply AND NOT l.fast
+           THEN {schema}.admit(ARRAY({_claim_candidates} LIMIT least(4 * %(limit)s + 32, 2000)),
+                               %(limit)s)
+         END AS adm
+  FROM lim AS l
+)
 UPDATE {schema}.jobs AS j
 SET status = 'running',
     attempt_count = least(j.attempt_count, 2147483646) + 1,
@@ -414,18 +477,14 @@ SET status = 'running',
     lease_token = least(j.lease_token, 9223372036854775806) + 1,
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     started_at = now(),
-    heartbeat_at = now()
-WHERE j.id = ANY(CASE
-  WHEN NOT {_limits_apply} THEN ARRAY({_claim_candidates} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
-  -- Limits: a bounded scan of candidates (enough to step over a few full keys, bounded so
-  -- the claim stays short), read unlocked in claim order; admit() locks each it tries
-  -- (SKIP LOCKED, re-checked), takes their slots
-  -- and rate tokens and returns the first %(limit)s that got all of them. The others stay
-  -- pending in their place (no attempt charged) and the claim takes later work instead.
-  ELSE (SELECT {schema}.admit(
-          ARRAY({_claim_candidates} LIMIT least(4 * %(limit)s + 32, 2000)),
-          %(limit)s))
-END)
+    heartbeat_at = now(),
+    queue_slot = CASE
+      WHEN NOT (SELECT apply FROM lim) THEN NULL
+      WHEN (SELECT fast FROM lim) THEN (j.id %% (SELECT conc FROM lim))::integer + 1
+      ELSE ((SELECT adm FROM pick)).slots[
+             array_position(((SELECT adm FROM pick)).admitted, j.id)]
+    END
+WHERE j.id = ANY(coalesce((SELECT ids FROM pick), ((SELECT adm FROM pick)).admitted))
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::text,
           j.attempt_count, j.max_attempts, j.priority, j.payload_version,
           j.unknown_failures,
@@ -522,7 +581,8 @@ status = CASE
     ELSE now()
   END,
   lease_owner = NULL,
-  lease_expires_at = NULL
+  lease_expires_at = NULL,
+  queue_slot = NULL
 
 -- name: heartbeat_jobs
 -- Renews many leases in one statement; rows missing from RETURNING lost their lease.
@@ -541,7 +601,8 @@ UPDATE {schema}.jobs AS j
 SET status = 'succeeded',
     finished_at = now(),
     lease_owner = NULL,
-    lease_expires_at = NULL
+    lease_expires_at = NULL,
+    queue_slot = NULL  -- a queue limit's slot goes with the lease (version 16)
 WHERE {_owned_by_token}
   AND NOT j.has_dependents
 RETURNING j.id;
@@ -557,11 +618,12 @@ WITH upd AS (
   SET status = 'succeeded',
       finished_at = now(),
       lease_owner = NULL,
-      lease_expires_at = NULL
+      lease_expires_at = NULL,
+      queue_slot = NULL
   WHERE {_owned_by_token}
     AND NOT j.has_dependents
     AND j.unique_key IS NULL
-  RETURNING j.id, j.lease_token
+  RETURNING j.id, j.lease_token, {_queue_wake}
 ), {_slots_release}
 SELECT id FROM upd;
 
@@ -576,9 +638,11 @@ WITH upd AS (
   SET status = 'succeeded',
       finished_at = now(),
       lease_owner = NULL,
-      lease_expires_at = NULL
+      lease_expires_at = NULL,
+      queue_slot = NULL
   WHERE {_owned_by_token}
-  RETURNING j.id, j.status, j.lease_token, j.unique_key, j.unique_for, j.unique_states
+  RETURNING j.id, j.status, j.lease_token, j.unique_key, j.unique_for, j.unique_states,
+            {_queue_wake}
 ), fin AS (
   SELECT * FROM upd WHERE unique_key IS NOT NULL
 ), {_unique_release}, {_slots_release}
@@ -610,7 +674,8 @@ WITH d AS (
     AND NOT j.has_dependents
     AND j.unique_key IS NULL
   RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
-            d.class, d.reason, j.cancel_requested_at IS NOT NULL AS cancel_asked
+            d.class, d.reason, j.cancel_requested_at IS NOT NULL AS cancel_asked,
+            {_queue_wake}
 ), {_slots_release}
 {_failure_events};
 
@@ -637,7 +702,7 @@ WITH d0 AS (
   {_failure_applied}
   RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
             d.class, d.reason, j.cancel_requested_at IS NOT NULL AS cancel_asked,
-            j.unique_key, j.unique_for, j.unique_states
+            j.unique_key, j.unique_for, j.unique_states, {_queue_wake}
 ), fin AS (
   SELECT * FROM upd WHERE unique_key IS NOT NULL AND status <> 'pending'
 ), {_unique_release}, {_slots_release}
@@ -651,14 +716,15 @@ WITH upd AS (
   SET status = 'pending',
       attempt_count = j.attempt_count - 1,
       lease_owner = NULL,
-      lease_expires_at = NULL
+      lease_expires_at = NULL,
+      queue_slot = NULL
   FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[]) AS l(id, owner, token)
   WHERE j.id = l.id
     AND j.status = 'running'
     AND j.lease_owner = l.owner
     AND j.lease_token = l.token
     AND j.lease_expires_at > now()
-  RETURNING j.id, j.lease_token, j.attempt_count, l.owner
+  RETURNING j.id, j.lease_token, j.attempt_count, l.owner, {_queue_wake}
 ), {_slots_release}
 INSERT INTO {schema}.job_events
   (job_id, event, from_status, to_status, actor, lease_token, attempt)
@@ -719,7 +785,7 @@ WITH d0 AS (
     AND j.lease_expires_at <= now()
   RETURNING j.id, j.status, j.lease_token, j.attempt_count, j.last_error_detail, d.reason,
             d.superseded, j.cancel_requested_at IS NOT NULL AS cancel_asked,
-            j.unique_key, j.unique_for, j.unique_states
+            j.unique_key, j.unique_for, j.unique_states, {_queue_wake}
 ), fin AS (
   SELECT * FROM upd WHERE unique_key IS NOT NULL AND status <> 'pending'
 ), {_unique_release}, {_slots_release}
@@ -1603,13 +1669,24 @@ SELECT name FROM del;
 -- limit of their own, found by a scan of the claimable jobs) and how long until its rate
 -- bucket admits one more claim.
 SELECT l.name, l.concurrency, l.rate, l.per_seconds, l.burst, l.updated_by, l.updated_at,
-       (SELECT count(*) FROM {schema}.limit_slots AS s
-         WHERE s.limit_name = l.name
-            OR (right(l.name, 2) = ':*'
-                AND left(s.limit_name, length(l.name) - 1) = left(l.name, length(l.name) - 1)
-                AND position(':' IN substr(s.limit_name, length(l.name))) = 0
-                AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS e
-                                WHERE e.name = s.limit_name))),
+       CASE WHEN left(l.name, 6) = 'queue:'
+            -- A queue limit's slots are on its running jobs (jobs.queue_slot, version 16).
+            THEN (SELECT count(*) FROM {schema}.jobs AS r
+                  WHERE r.queue_slot IS NOT NULL
+                    AND CASE WHEN l.name = 'queue:*'
+                          THEN NOT EXISTS (SELECT 1 FROM {schema}.limits AS e
+                                           WHERE e.name = 'queue:' || r.queue_name)
+                          ELSE r.queue_name = substr(l.name, 7)
+                        END)
+            ELSE (SELECT count(*) FROM {schema}.limit_slots AS s
+                  WHERE s.limit_name = l.name
+                     OR (right(l.name, 2) = ':*'
+                         AND left(s.limit_name, length(l.name) - 1)
+                             = left(l.name, length(l.name) - 1)
+                         AND position(':' IN substr(s.limit_name, length(l.name))) = 0
+                         AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS e
+                                         WHERE e.name = s.limit_name)))
+       END,
        CASE WHEN right(l.name, 2) = ':*'
             THEN (SELECT count(*)
                   FROM {schema}.jobs AS j

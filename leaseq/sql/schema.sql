@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 15
+-- schema version: 16
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -32,7 +32,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (12, 'workflows'),
   (13, 'limits_cost'),
   (14, 'queue_stats_indexed'),
-  (15, 'prune_index');
+  (15, 'prune_index'),
+  (16, 'queue_slots');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -94,6 +95,9 @@ CREATE TABLE {schema}.jobs (
   has_dependents boolean NOT NULL DEFAULT false,
   -- The batch this job belongs to (version 11).
   batch_id bigint,
+  -- The concurrency slot of its queue's limit that this running job holds (version 16):
+  -- set by the claim, cleared by every statement that ends the lease.
+  queue_slot integer,
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
   CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
   -- A running job always has an owner and an expiry; no other state keeps either, so a
@@ -111,7 +115,10 @@ CREATE TABLE {schema}.jobs (
   CONSTRAINT jobs_only_keyed_jobs_block CHECK (NOT blocked OR ordering_key IS NOT NULL),
   CONSTRAINT jobs_unique_key_bounded CHECK (length(unique_key) <= 200),
   CONSTRAINT jobs_limit_key_bounded CHECK (length(limit_key) <= 200),
-  CONSTRAINT jobs_only_pending_jobs_wait CHECK (NOT waiting OR status = 'pending')
+  CONSTRAINT jobs_only_pending_jobs_wait CHECK (NOT waiting OR status = 'pending'),
+  -- Only a running job holds a queue slot: a path that forgot to clear it fails instead of
+  -- leaking the slot.
+  CONSTRAINT jobs_queue_slot_running CHECK (queue_slot IS NULL OR status = 'running')
 );
 
 -- The claim reads this index in order and stops at LIMIT; only claimable pending rows live
@@ -136,6 +143,12 @@ CREATE INDEX jobs_dead_idx
 CREATE INDEX jobs_prunable_idx
   ON {schema}.jobs (finished_at)
   WHERE status IN ('succeeded', 'cancelled');
+
+-- A queue limit's slots (version 16): one running job per queue and slot number, numbers
+-- 1..concurrency, so never more running than the limit, whoever claims.
+CREATE UNIQUE INDEX jobs_queue_slot_idx
+  ON {schema}.jobs (queue_name, queue_slot)
+  WHERE queue_slot IS NOT NULL;
 
 -- A key's live jobs in order: finds a key's head and the next job to unblock.
 CREATE INDEX jobs_ordering_idx
@@ -457,6 +470,45 @@ BEGIN
 END
 $$;
 
+-- Every concurrency slot held, wherever it lives: a queue limit's on its running jobs,
+-- task and key limits' in limit_slots (for operators and tests; leaseq's own statements
+-- read the two places directly).
+CREATE VIEW {schema}.held_slots AS
+  SELECT s.limit_name, s.slot, s.job_id, s.lease_token
+  FROM {schema}.limit_slots AS s
+  UNION ALL
+  SELECT 'queue:' || j.queue_name, j.queue_slot, j.id, j.lease_token
+  FROM {schema}.jobs AS j
+  WHERE j.queue_slot IS NOT NULL;
+
+-- What admit() returns: the admitted ids in claim order, and each one's queue slot.
+CREATE TYPE {schema}.admission AS (admitted bigint[], slots integer[]);
+
+-- Up to p_n free slot numbers of queue p_queue's limit, searched from p_start (wrapping
+-- around at p_conc), as free_slots() does for slot rows: one index probe per number,
+-- passing over numbers held (committed), numbers in p_taken (this claim's own picks) and
+-- numbers a claim in flight is taking (the advisory lock, held until commit).
+CREATE FUNCTION {schema}.free_queue_slots(p_queue text, p_conc integer, p_start integer,
+                                          p_n integer, p_taken integer[])
+RETURNS integer[]
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+  RETURN ARRAY(
+    SELECT n.g
+    FROM (SELECT (p_start + generate_series(0, p_conc - 1)) % p_conc + 1 AS g) AS n
+    WHERE NOT n.g = ANY(p_taken)
+      AND CASE
+        WHEN EXISTS (SELECT 1 FROM {schema}.jobs AS t
+                     WHERE t.queue_name = p_queue AND t.queue_slot = n.g OFFSET 0) THEN false
+        ELSE pg_try_advisory_xact_lock(
+               hashtextextended('leaseq.slot.queue:' || p_queue || '#' || n.g, 0))
+      END
+    LIMIT p_n);
+END
+$$;
+
 -- The claim's limited path: of the candidates (in claim order, read but not locked by the
 -- caller), lock a chunk at a time (SKIP LOCKED, re-checked that each is still claimable)
 -- and keep the first p_want that get a slot of every concurrency limit and then a token of
@@ -466,7 +518,7 @@ $$;
 -- A limit found full (or a rate found spent: now() does not move within the claim) refuses
 -- the later candidates at once, and a full queue limit ends the scan.
 CREATE FUNCTION {schema}.admit(p_candidates bigint[], p_want integer)
-RETURNS bigint[]
+RETURNS {schema}.admission
 LANGUAGE plpgsql
 -- Its plans are cached for the session and may be made while limit_slots is nearly empty:
 -- a sequential scan planned then would read every dead slot row left since the last vacuum,
@@ -499,6 +551,9 @@ DECLARE
   v_t0 timestamptz;
   v_step float8;
   v_m integer;
+  v_qids bigint[] := '{}';
+  v_qslots integer[] := '{}';
+  v_slots integer[];
 BEGIN
   WHILE cardinality(v_picked) < p_want AND v_pos <= v_total LOOP
     v_chunk := p_candidates[v_pos : v_pos + (p_want - cardinality(v_picked)) - 1];
@@ -553,9 +608,26 @@ BEGIN
     LOOP
       v_alive := ARRAY(SELECT a FROM unnest(v_lim.ids) AS a WHERE NOT a = ANY(v_dead));
       CONTINUE WHEN cardinality(v_alive) = 0;
-      IF v_lim.name = ANY(v_full)
-         -- A limit lowered below slots still held admits nothing until those are freed.
-         OR EXISTS (SELECT 1 FROM {schema}.limit_slots AS h
+      IF v_lim.name = ANY(v_full) THEN
+        v_got := '{}';
+      ELSIF left(v_lim.name, 6) = 'queue:' THEN
+        -- A queue limit's slots are on the job rows (jobs.queue_slot, version 16): numbers
+        -- free as seen now, passing over those this claim already picked; the claim's
+        -- UPDATE writes them, and the unique index decides.
+        IF EXISTS (SELECT 1 FROM {schema}.jobs AS h
+                   WHERE h.queue_name = substr(v_lim.name, 7) AND h.queue_slot > v_lim.conc)
+        THEN
+          v_got := '{}';
+        ELSE
+          v_nums := {schema}.free_queue_slots(substr(v_lim.name, 7), v_lim.conc,
+                                              (r_uniq[1] % v_lim.conc)::integer,
+                                              cardinality(v_alive), v_qslots);
+          v_got := v_alive[1 : cardinality(v_nums)];
+          v_qids := v_qids || v_got;
+          v_qslots := v_qslots || v_nums;
+        END IF;
+      -- A limit lowered below slots still held admits nothing until those are freed.
+      ELSIF EXISTS (SELECT 1 FROM {schema}.limit_slots AS h
                     WHERE h.limit_name = v_lim.name AND h.slot > v_lim.conc) THEN
         v_got := '{}';
       ELSE
@@ -651,6 +723,9 @@ BEGIN
     END IF;
     -- Refused candidates give back the slots they took here.
     IF cardinality(v_dead) > 0 THEN
+      v_qslots := ARRAY(SELECT q.slot FROM unnest(v_qids, v_qslots) AS q(id, slot)
+                        WHERE NOT q.id = ANY(v_dead));
+      v_qids := ARRAY(SELECT q FROM unnest(v_qids) AS q WHERE NOT q = ANY(v_dead));
       DELETE FROM {schema}.limit_slots AS s
       USING unnest(r_ids, r_toks) AS d(id, tok)
       WHERE s.job_id = d.id AND s.lease_token = d.tok AND d.id = ANY(v_dead);
@@ -680,7 +755,13 @@ BEGIN
         AND (m.refused_at IS NULL OR m.refused_at < now() - interval '1 second')
       FOR UPDATE SKIP LOCKED);
   END IF;
-  RETURN v_picked;
+  -- Each admitted job's queue slot (NULL: no queue limit), in the order of admitted.
+  v_slots := ARRAY(
+    SELECT q.slot
+    FROM unnest(v_picked) WITH ORDINALITY AS p(id, ord)
+    LEFT JOIN unnest(v_qids, v_qslots) AS q(id, slot) ON q.id = p.id
+    ORDER BY p.ord);
+  RETURN ROW(v_picked, v_slots)::{schema}.admission;
 END
 $$;
 

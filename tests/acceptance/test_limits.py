@@ -43,7 +43,7 @@ class Sampler:
                     f"SELECT (SELECT count(*) FROM {s}.jobs WHERE status = 'running'),"
                     f" (SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM {s}.jobs"
                     f"   WHERE status = 'running' GROUP BY limit_key) AS k),"
-                    f" (SELECT count(*) FROM {s}.limit_slots)"
+                    f" (SELECT count(*) FROM {s}.held_slots)"
                 ).fetchone()
                 assert row is not None
                 self.running.append(int(row[0]))
@@ -66,7 +66,7 @@ def _count(dsn: str, schema: str, where: str) -> int:
 
 
 def _slot_rows(dsn: str, schema: str) -> list[tuple[int, int]]:
-    found = rows(dsn, "SELECT job_id, lease_token FROM {s}.limit_slots ORDER BY 1", schema)
+    found = rows(dsn, "SELECT job_id, lease_token FROM {s}.held_slots ORDER BY 1", schema)
     return [(r[0], r[1]) for r in found]
 
 

@@ -23,7 +23,7 @@ FAST = leaseq.RetryPolicy(base=0.001, cap=0.01)
 def _slots(dsn: str, schema: str) -> list[tuple[str, int, int, int]]:
     found = rows(
         dsn,
-        "SELECT limit_name, slot, job_id, lease_token FROM {s}.limit_slots ORDER BY 1, 2",
+        "SELECT limit_name, slot, job_id, lease_token FROM {s}.held_slots ORDER BY 1, 2",
         schema,
     )
     return [(r[0], r[1], r[2], r[3]) for r in found]
@@ -517,7 +517,7 @@ def test_a_held_slot_number_where_the_search_starts_is_passed_over(
     (held,) = client.claim("q", worker="w", limit=1)
     assert held.job_id == first
     guess = second % 100 + 1  # where the second claim's search starts
-    moved = "UPDATE {s}.limit_slots SET slot = %s WHERE job_id = %s RETURNING job_id"
+    moved = "UPDATE {s}.jobs SET queue_slot = %s WHERE id = %s RETURNING id"
     assert rows(dsn, moved, schema, guess, first) == [(first,)]
     (got,) = client.claim("q", worker="w", limit=1)
     assert got.job_id == second

@@ -198,7 +198,7 @@ class LeaseqMachine(RuleBasedStateMachine):
         return (
             self._query("SELECT * FROM {s}.jobs ORDER BY id"),
             self._query("SELECT count(*), max(id) FROM {s}.job_events")
-            + self._query("SELECT limit_name, slot, job_id, lease_token FROM {s}.limit_slots"),
+            + self._query("SELECT limit_name, slot, job_id, lease_token FROM {s}.held_slots"),
         )
 
     def _refused(self, call: Callable[[], Any], what: str) -> None:
@@ -372,7 +372,7 @@ class LeaseqMachine(RuleBasedStateMachine):
         if self.queue_limit is not None:
             # Slots 1..limit not held; none at all while a slot above a lowered limit is.
             ((held, above),) = self._query(
-                "SELECT count(*), count(*) FILTER (WHERE slot > %s) FROM {s}.limit_slots",
+                "SELECT count(*), count(*) FILTER (WHERE slot > %s) FROM {s}.held_slots",
                 self.queue_limit,
             )
             free = 0 if above else self.queue_limit - held
@@ -797,7 +797,7 @@ class LeaseqMachine(RuleBasedStateMachine):
         """Slots held = the running leases claimed under the limit, one each, whatever ended
         or was refused since; never more than the highest limit set, never a slot number
         twice (the primary key)."""
-        slots = self._query("SELECT limit_name, slot, job_id, lease_token FROM {s}.limit_slots")
+        slots = self._query("SELECT limit_name, slot, job_id, lease_token FROM {s}.held_slots")
         held = {(job_id, token) for _, _, job_id, token in slots}
         expected = {
             (job_id, job.token)
