@@ -68,7 +68,13 @@ def _statement_cost(dsn: str, pending: int, claims: int) -> dict[str, float]:
         vacuum_analyze(conn, client.schema)
         texts = {"checked": client.queries["claim_jobs"]}
         texts["unchecked"] = _unchecked(texts["checked"])
-        params = {"queue": "default", "owner": "bench", "lease_seconds": 60.0, "limit": 10, "careful": False}
+        params = {
+            "queue": "default",
+            "owner": "bench",
+            "lease_seconds": 60.0,
+            "limit": 10,
+            "careful": False,
+        }
         for phase in ("none", "100 pauses"):
             if phase != "none":
                 _pause_others(client)

@@ -21,7 +21,13 @@ async def test_claim_is_never_jit_compiled_on_the_worker_connections(
     cross it): a worker connection must still run the claim without JIT."""
     client.enqueue_many(leaseq.JobSpec("noop", {"n": i}) for i in range(5))
     worker = leaseq.Worker(leaseq.App(dsn, schema=schema))
-    params = {"queue": "default", "owner": "w:plan", "lease_seconds": 30.0, "limit": 5, "careful": False}
+    params = {
+        "queue": "default",
+        "owner": "w:plan",
+        "lease_seconds": 30.0,
+        "limit": 5,
+        "careful": False,
+    }
     try:
         async with worker.client.connection() as conn:
             assert await (await conn.execute("SHOW jit")).fetchone() == ("off",)
