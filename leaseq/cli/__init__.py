@@ -7,9 +7,9 @@ stderr and a non-zero exit code, never as a traceback:
 - 0: done; 1: the operation could not be done (database down, job not in that state);
 - 2: bad usage or configuration; 130: interrupted.
 
-The commands live in ``ops`` (operator commands), ``pauses``, ``schedules``, ``limits``,
-``workflows`` (batches, waiting jobs), ``worker``, ``demo`` and ``web`` (the dashboard);
-tables in ``render``; shared settings and parameter types in ``settings``. None of them
+The commands live in ``ops`` (operator commands), ``status``, ``pauses``, ``schedules``,
+``limits``, ``workflows`` (batches, waiting jobs), ``worker``, ``demo`` and ``web`` (the
+dashboard); tables in ``render``; shared settings and parameter types in ``settings``. None of them
 imports this module, so the package has no import cycle.
 """
 

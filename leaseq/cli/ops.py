@@ -1,5 +1,6 @@
-"""The operator commands: migrate, enqueue, status, jobs, dead, replay, prune, cancel,
-sweep, keys, metrics and embedded. Each is a thin layer over the public client API."""
+"""The operator commands: migrate, enqueue, status (its own module, ``leaseq.cli.status``),
+jobs, dead, replay, prune, cancel, sweep, keys, metrics and embedded. Each is a thin layer
+over the public client API."""
 
 from __future__ import annotations
 
@@ -14,19 +15,17 @@ import click
 import psycopg
 from prometheus_client import disable_created_metrics
 
-from leaseq.cli.limits import render_limits
-from leaseq.cli.render import age, emit_json, render_status, table
+from leaseq.cli.render import age, emit_json, table
 from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
+from leaseq.cli.status import status
 from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
 from leaseq.cli.workflows import workflow_fields, workflow_lines
-from leaseq.client import Client
 from leaseq.db_metrics import database_registry
 from leaseq.dev.embedded import EmbeddedServer, default_data_dir
 from leaseq.errors import ConfigError, LeaseqError
 from leaseq.metrics import METRICS
 from leaseq.models import Job
 from leaseq.observe import ObservabilityServer
-from leaseq.replicas import unknown_lag_line
 
 
 @click.command()
@@ -126,45 +125,6 @@ def enqueue(
         click.echo(int(result))
         if result.outcome is not None:
             click.echo(conflict_line(result), err=True)
-
-
-@click.command()
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--watch", is_flag=True, help="Refresh every --interval seconds until Ctrl-C.")
-@click.option("--interval", type=float, default=2.0, show_default=True)
-@pass_settings
-def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> None:
-    """Per-queue counts and the age of the oldest claimable job; paused queues marked;
-    then the limits, with their slots in use and jobs waiting. With --read-dsn, read on
-    the replica, and its lag behind the primary is the last line."""
-    reader = settings.reader
-    while True:
-        stats = reader.queue_stats(throughput=True)
-        pauses = reader.pauses()
-        if as_json:
-            paused = {p.value for p in pauses if p.scope == "queue"}
-            emit_json([{**s.as_dict(), "paused": s.queue in paused} for s in stats])
-        else:
-            if watch:
-                click.clear()
-            click.echo(render_status(stats, pauses))
-            if found := reader.limits():
-                click.echo("\n" + render_limits(found))
-            if settings.read_dsn is not None:
-                click.echo("\n" + _replica_line(reader))
-        if not watch:
-            return
-        time.sleep(interval)
-
-
-def _replica_line(reader: Client) -> str:
-    """The read replica's lag; unknown (not an error) while the primary does not answer:
-    the counts above came from the replica and still stand."""
-    try:
-        lag = reader.read_replica_lag()
-    except (psycopg.Error, LeaseqError) as exc:
-        return unknown_lag_line(exc)
-    return lag.describe() if lag is not None else ""
 
 
 @click.group()

@@ -2153,11 +2153,16 @@ SELECT pg_current_wal_flush_lsn()::text;
 
 -- name: replica_lag
 -- On the read replica: is it a standby, how many bytes of the primary's WAL (read just
--- before) it has not replayed yet, and the age of the newest transaction it replayed
--- (clock_timestamp: the age now, not at the start of this transaction).
+-- before) it has not replayed yet, the age of the newest transaction it replayed
+-- (clock_timestamp: the age now, not at the start of this transaction), and which server
+-- answered, as host:port (its own address, so also behind a pooler or a multi-host DSN;
+-- [addr]:port for IPv6; 'local' over a Unix socket, where inet_server_addr is NULL).
 SELECT pg_is_in_recovery(),
        (%(primary_lsn)s::pg_lsn - pg_last_wal_replay_lsn())::bigint,
-       extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8;
+       extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8,
+       CASE WHEN family(inet_server_addr()) = 6 THEN '[' || host(inet_server_addr()) || ']'
+            ELSE coalesce(host(inet_server_addr()), 'local')
+       END || ':' || current_setting('port');
 
 -- name: database_identity
 -- Which database a connection is on (the cluster's system identifier and the database
