@@ -38,6 +38,8 @@ log = logging.getLogger("leaseq.jobs")
 #: held (claim_jobs): long enough that a nearly full limit costs one failed statement per
 #: this many seconds, short enough that a limit far from full again soon gets the fast path.
 CAREFUL_SECONDS = 10.0
+#: Statements one claim may try when slot numbers race (see claim).
+CLAIM_ATTEMPTS = 3
 
 
 class LeaseOps(ClientBase):
@@ -74,15 +76,21 @@ class LeaseOps(ClientBase):
             "careful": connection is not None
             or self._careful_until.get(name, 0.0) > time.monotonic(),
         }
-        try:
-            rows = self._rows("claim_jobs", params, connection)
-        except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
-            # The fast path under a queue limit met a slot number still held (claim_jobs),
-            # or, waiting on one a claim in flight was taking, a claim waiting the other way
-            # round (the server ends one of the two): nothing was claimed. Claim again the
-            # careful way, and stay careful a while.
-            self._careful_until[name] = time.monotonic() + CAREFUL_SECONDS
-            rows = self._rows("claim_jobs", {**params, "careful": True}, connection)
+        rows: list[Any] = []
+        for _ in range(CLAIM_ATTEMPTS):
+            try:
+                rows = self._rows("claim_jobs", params, connection)
+                break
+            except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
+                # A slot number under a queue limit was taken by a claim that committed
+                # first (claim_jobs: the fast path, or admit() between its search and the
+                # write), or two claims waited on each other's numbers and the server ended
+                # one: nothing was claimed. Claim again the careful way, and stay careful a
+                # while; after CLAIM_ATTEMPTS such races this claim returns nothing.
+                if connection is not None:
+                    raise
+                self._careful_until[name] = time.monotonic() + CAREFUL_SECONDS
+                params["careful"] = True
         leases, unclaimable = leases_from_rows(rows, seconds)
         if unclaimable:
             self._end_unclaimable(unclaimable, connection)
