@@ -18,6 +18,7 @@ from bench.scenarios import (
     claim_prune,
     drain,
     enqueue,
+    limited,
     peer_drains,
     regression,
     scale,
@@ -36,6 +37,7 @@ def build_scenarios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Scenari
         *drain.SCENARIOS_2P,
         *peer_drains.OTHERS,
         regression.SCENARIO,
+        limited.SCENARIO,
         *enqueue.SCENARIOS,
         # Opt-in (--only NAME, or --only all): together they take longer than the default.
         *(
@@ -57,6 +59,7 @@ def build_ratios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Ratio, ...
         *drain.RATIOS,
         *peer_drains.RATIOS,
         *regression.RATIOS,
+        *limited.RATIOS,
         *scale.RATIOS,
         *enqueue.RATIOS,
         *claim_prune.RATIOS,
