@@ -6,7 +6,8 @@ shared disk they are most of the cost of a replica pair or a Patroni cluster (a 
 about 1.2 s on this project's ext4 test machine, 0.08 s in ``/dev/shm``). Nothing in these
 clusters must outlive the test process, so RAM is the right place when there is enough of
 it. ``LEASEQ_TEST_SCRATCH_DIR`` names another parent directory (for example ``/var/tmp`` to
-keep a failed run's files after a reboot).
+keep a failed run's files after a reboot). The test session's own server lives there too
+when the session starts one (``tests/conftest.py``); its commits then wait for no disk.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ _MIN_FREE = 2 * 1024**3
 _RAM_DIR = pathlib.Path("/dev/shm")
 
 
-def scratch_parent() -> pathlib.Path | None:
-    """The parent directory for scratch clusters (None: the system's temporary directory)."""
+def scratch_parent(min_free: int = _MIN_FREE) -> pathlib.Path | None:
+    """The parent directory for scratch clusters (None: the system's temporary directory);
+    a RAM-backed one only with ``min_free`` bytes of room left."""
     configured = os.environ.get("LEASEQ_TEST_SCRATCH_DIR")
     if configured:
         return pathlib.Path(configured)
@@ -29,7 +31,7 @@ def scratch_parent() -> pathlib.Path | None:
         room = os.statvfs(_RAM_DIR)
     except OSError:
         return None
-    if room.f_bavail * room.f_frsize >= _MIN_FREE and os.access(_RAM_DIR, os.W_OK | os.X_OK):
+    if room.f_bavail * room.f_frsize >= min_free and os.access(_RAM_DIR, os.W_OK | os.X_OK):
         return _RAM_DIR
     return None
 
