@@ -3,7 +3,9 @@
 With ``LEASEQ_TEST_DSN`` set, tests use that server. Otherwise the session starts a
 private cluster through leaseq's own embedded-server code (the same code users get when
 they configure no DSN), in a data directory of its own, and stops it at the end if it
-was not already running.
+was not already running. A server already running in the default ``test-pg`` directory is
+used as it is; otherwise the session's server lives in RAM when the machine has room
+(``tests.support.scratch``) and is removed at the end.
 
 Two ways to run the suite (both from the repository root):
 
@@ -17,8 +19,10 @@ see ``tests/support/requires.py``) is skipped, except under ``CI=true``, where i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -28,7 +32,9 @@ from psycopg import sql
 
 import leaseq
 from leaseq.dev.embedded import EmbeddedServer, default_data_dir
+from leaseq.errors import EmbeddedError
 from tests.support.requires import check_marks
+from tests.support.scratch import scratch_parent
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -37,11 +43,38 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     check_marks(item)
 
 
+#: The test server grows (WAL, many schemas): RAM is used for it only with this much room.
+_SERVER_MIN_FREE = 4 * 1024**3
+
+
+#: The RAM directory this session chose for its test server, if it chose one.
+_in_ram: list[pathlib.Path] = []
+
+
 def _test_data_dir() -> pathlib.Path:
+    """``LEASEQ_TEST_EMBEDDED_DIR``; else ``test-pg`` beside the development server's data
+    directory when a server already runs there (it is shared, not duplicated); else a
+    directory in RAM when there is room (``tests.support.scratch``: every commit of the
+    suite would otherwise wait for the disk), else that ``test-pg``."""
     configured = os.environ.get("LEASEQ_TEST_EMBEDDED_DIR")
     if configured:
         return pathlib.Path(configured)
-    return default_data_dir().parent / "test-pg"
+    default = default_data_dir().parent / "test-pg"
+    ram = scratch_parent(_SERVER_MIN_FREE)
+    if ram is None:
+        return default
+    with contextlib.suppress(EmbeddedError):
+        if EmbeddedServer(default).status().running:
+            return default
+    _in_ram.append(ram / f"leaseq-test-pg-{os.geteuid()}")
+    return _in_ram[-1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One test server for the whole session: leaseq's own pytest plugin (the testing kit)
+    and the CLI tests find it through ``LEASEQ_TEST_EMBEDDED_DIR``."""
+    if "LEASEQ_TEST_DSN" not in os.environ:
+        os.environ["LEASEQ_TEST_EMBEDDED_DIR"] = str(_test_data_dir())
 
 
 @pytest.fixture(scope="session")
@@ -50,12 +83,23 @@ def dsn() -> Iterator[str]:
     if configured:
         yield configured
         return
-    server = EmbeddedServer(_test_data_dir())
+    data_dir = _test_data_dir()
+    server = EmbeddedServer(data_dir)
     was_running = server.status().running
     url = server.ensure_running()
     yield url
     if not was_running:
         server.stop()
+        if data_dir in _in_ram:  # nothing of it stays in RAM
+            shutil.rmtree(data_dir, ignore_errors=True)
+            data_dir.with_name(data_dir.name + ".lock").unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def leaseq_server_dsn(dsn: str) -> str:
+    """The testing kit's server (leaseq's pytest plugin) is the session's test server, so
+    the session that starts it also stops it."""
+    return dsn
 
 
 @pytest.fixture()

@@ -9,7 +9,6 @@ import shutil
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 
 import psycopg
@@ -24,6 +23,7 @@ from tests.support.helpers import claim_waits_on_a_lock, rows
 from tests.support.ports import free_port
 from tests.support.procs import WorkerProcess, alive, children, wait_for
 from tests.support.requires import require
+from tests.support.scratch import make_scratch
 
 pytestmark = pytest.mark.slow  # real worker processes, signalled and killed
 
@@ -151,17 +151,17 @@ def test_seed_9_polling_drains_while_every_listener_is_killed(
 
 
 @pytest.fixture()
-def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+def own_server() -> Iterator[EmbeddedServer]:
     """A private PostgreSQL this test may restart without disturbing the others."""
     require("postgres-server")
-    base = pathlib.Path("/var/tmp") if os.geteuid() == 0 else tmp_path_factory.mktemp("pg")
+    base = make_scratch("leaseq-restart-")  # RAM-backed when there is room
     # A port of its own, so this cluster never fights the main one.
-    server = EmbeddedServer(base / f"leaseq-restart-{uuid.uuid4().hex[:8]}", port=free_port())
+    server = EmbeddedServer(base / "pg", port=free_port())
     try:
         yield server
     finally:
         server.stop()
-        shutil.rmtree(server.data_dir, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_database_restart_mid_drain_loses_nothing(

@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,6 +31,7 @@ from leaseq.dev.embedded import (
 )
 from leaseq.errors import EmbeddedError
 from tests.support.ports import free_port
+from tests.support.scratch import make_scratch
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 _ENV_VARS = ("LEASEQ_EMBEDDED_DIR", "LEASEQ_EMBEDDED_PORT", "LEASEQ_PG_BINDIR")
@@ -41,9 +41,7 @@ needs_pg = pytest.mark.requires("postgres-server")
 
 
 def _scratch_dir() -> pathlib.Path:
-    path = pathlib.Path(tempfile.mkdtemp(prefix="leaseq-test-", dir="/var/tmp"))
-    path.chmod(0o755)  # mkdtemp makes it 700; the server account must pass through it
-    return path
+    return make_scratch("leaseq-test-")  # the server account can pass through it
 
 
 def _cleanup(scratch: pathlib.Path) -> None:

@@ -2,7 +2,8 @@
 commit, a promotion and a read-only old primary do to leases, idempotency keys and the
 connections of clients and workers.
 
-Each case starts a pair of its own (a few seconds), never the shared test server.
+Each case starts a pair of its own (copies of one template cluster, well under a second on a
+RAM-backed scratch directory), never the shared test server.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ import sys
 import pytest
 
 import leaseq
+from leaseq.params import notify_channel
 from leaseq.schedules import parse_tick_key
+from leaseq.worker.listener import LISTENER_APPLICATION_NAME
 from tests.support.helpers import rows
 from tests.support.procs import ROOT, WorkerProcess, wait_for
 
@@ -34,15 +36,38 @@ def test_eight_tickers_make_one_job_per_tick_through_a_kill_9(
     def start() -> WorkerProcess:
         return WorkerProcess(dsn, schema, "--poll-interval", "1", log_dir=tmp_path)
 
+    def listening() -> int:
+        """Workers of this schema that are up: each holds a LISTEN connection."""
+        return int(
+            rows(
+                dsn,
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name = %s AND query LIKE %s",
+                schema,
+                LISTENER_APPLICATION_NAME,
+                f"LISTEN %{notify_channel(schema)}%",
+            )[0][0]
+        )
+
+    def more_ticks(count: int, what: str) -> int:
+        # Ticks come once a second: wait for the condition, not for a fixed total.
+        want = ticks() + count
+        wait_for(lambda: ticks() >= want, 60, what)
+        return want
+
     workers = [start() for _ in range(8)]
     try:
-        wait_for(lambda: ticks() >= 12, 90, "a dozen ticks")
+        wait_for(lambda: listening() == 8, 90, "eight workers up")
+        more_ticks(5, "ticks with all eight tickers racing")
         victim = workers[3]
         victim.signal(signal.SIGKILL)
         victim.wait(10)
         victim.kill()
+        wait_for(lambda: listening() == 7, 30, "the killed worker's connections to end")
+        more_ticks(2, "ticks without the killed worker")
         workers[3] = start()
-        wait_for(lambda: ticks() >= 35, 120, "35 ticks")
+        wait_for(lambda: listening() == 8, 90, "the restarted worker up")
+        least = more_ticks(5, "ticks with the restarted worker racing again")
     finally:
         for worker in workers:
             worker.kill()
@@ -53,7 +78,7 @@ def test_eight_tickers_make_one_job_per_tick_through_a_kill_9(
         " ORDER BY t.tick_at",
         schema,
     )
-    assert len(found) >= 35
+    assert len(found) >= least
     # exactly one job per tick: every tick row has its job, no job without its tick
     assert all(job_id is not None and skipped is None for _, job_id, skipped, _, _ in found)
     ((jobs,),) = rows(dsn, "SELECT count(*) FROM {s}.jobs", schema)

@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 
 import psycopg
@@ -28,6 +27,7 @@ from leaseq.errors import ConfigError
 from tests.support.helpers import rows
 from tests.support.ports import free_port
 from tests.support.procs import WorkerProcess, wait_for
+from tests.support.scratch import make_scratch
 
 pytestmark = [pytest.mark.requires("postgres-server")]
 
@@ -36,9 +36,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def dsn_b() -> Iterator[str]:
-    base = tempfile.mkdtemp(prefix="leaseq-db-b-")
-    os.chmod(base, 0o755)  # the server account must reach its data directory
-    server = EmbeddedServer(pathlib.Path(base) / "data", port=free_port())
+    base = make_scratch("leaseq-db-b-")  # the server account can reach its data directory
+    server = EmbeddedServer(base / "data", port=free_port())
     try:
         yield server.ensure_running()
     finally:

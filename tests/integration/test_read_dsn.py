@@ -1,7 +1,7 @@
 """``read_dsn``: inspection reads on a real streaming standby, writes on the primary.
 
-One primary + standby pair for the module (``tests.support.replication.ReplicaPair``, a few
-seconds to start). The boundary: a standby refuses every write (SQLSTATE 25006), so a write
+One primary + standby pair for the module (``tests.support.replication.ReplicaPair``, well
+under a second to start). The boundary: a standby refuses every write (SQLSTATE 25006), so a write
 method, or a read that must see its own writes, that reached the read DSN would fail here;
 and with replication cut, a read that went to the replica cannot see what the primary has.
 The shared test server serves the cases that need no standby (the read pool's own

@@ -1,8 +1,9 @@
 """A real Patroni cluster on loopback ports, for failover tests: one etcd member and two
 PostgreSQL nodes, each run by its own Patroni.
 
-``PatroniCluster`` owns everything in a temporary directory of its own: etcd (``/usr/bin/etcd``,
-free client and peer ports, its own data directory), and two nodes ``node0`` / ``node1``, each
+``PatroniCluster`` owns everything in a scratch directory of its own
+(``tests.support.scratch``): etcd (``/usr/bin/etcd``, free client and peer ports, its own
+data directory), and two nodes ``node0`` / ``node1``, each
 a Patroni process (REST API on a free port) that bootstraps or clones a PostgreSQL data
 directory with the machine's server binaries (found as ``leaseq.dev._pgproc`` finds them) and
 runs it as the unprivileged server account when we are root. Failover settings are fast
@@ -29,7 +30,6 @@ import pathlib
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -48,6 +48,7 @@ from leaseq.dev._pgproc import (
     server_user,
 )
 from tests.support.ports import free_port
+from tests.support.scratch import make_scratch
 
 HOST = "127.0.0.1"
 DATABASE = "leaseq"
@@ -97,8 +98,7 @@ class PatroniCluster:
 
     def __init__(self, *, synchronous: bool = False, keep: bool = False) -> None:
         self._bindir = find_bindir()
-        self.base = pathlib.Path(tempfile.mkdtemp(prefix="lq-pat-"))
-        self.base.chmod(0o755)
+        self.base = make_scratch("lq-pat-")  # RAM-backed when there is room: etcd fsyncs
         self._user: ServerUser | None = server_user(self.base / "none")
         give_to(self.base, self._user)
         self.scope = f"leaseq-{self.base.name[-8:]}"

@@ -3,7 +3,7 @@
 ``ReplicaPair`` owns two throw-away clusters made from the machine's server binaries (found
 and run the way the embedded server does it, as an unprivileged account when we are root):
 the primary (``wal_level=replica``, a replication role, trust on 127.0.0.1 only) and a
-standby cloned from it with ``pg_basebackup -R``. The standby streams WAL through a
+standby cloned from it (see below). The standby streams WAL through a
 :class:`~tests.support.faults.FaultProxy`, so a test can cut replication for real
 (:meth:`cut`): pausing replay is not enough, since WAL would still arrive and a promotion
 would replay it. Then it stops the primary (``pg_ctl stop -m immediate``: a crash), promotes
@@ -11,17 +11,24 @@ the standby, and everything committed on the primary after the cut is gone, as a
 asynchronous failover. :meth:`synchronous` makes the primary wait for the standby's flush at
 each commit instead.
 
-Nothing here touches the shared embedded test server; each pair lives in a temporary
-directory of its own and is removed by :meth:`close`.
+Both servers are copies of one template cluster (initdb, the database and the replication
+role, then a clean shutdown), made once per test process: a copy of a cleanly stopped
+cluster is a valid base for a standby (it replays from the same shutdown checkpoint), so a
+pair costs two directory copies and two starts instead of initdb, CREATE DATABASE and
+``pg_basebackup``. The standby still streams from the primary through the proxy.
+
+Nothing here touches the shared embedded test server; each pair lives in a scratch
+directory of its own (``tests.support.scratch``: RAM-backed when there is room), removed
+by :meth:`close` (the template's at the process's exit).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import pathlib
 import shutil
 import subprocess
-import tempfile
 import time
 from types import TracebackType
 
@@ -40,6 +47,7 @@ from leaseq.dev._pgproc import (
 from leaseq.errors import EmbeddedError
 from tests.support.faults import FaultProxy
 from tests.support.ports import free_port
+from tests.support.scratch import make_scratch
 
 HOST = "127.0.0.1"
 DATABASE = "leaseq"
@@ -69,8 +77,7 @@ class ReplicaPair:
 
     def __init__(self) -> None:
         self._bindir = find_bindir()
-        self.base = pathlib.Path(tempfile.mkdtemp(prefix="leaseq-ha-"))
-        self.base.chmod(0o755)
+        self.base = make_scratch("leaseq-ha-")
         self.primary_dir = self.base / "primary"
         self.standby_dir = self.base / "standby"
         self._user: ServerUser | None = server_user(self.primary_dir)
@@ -84,37 +91,26 @@ class ReplicaPair:
 
     def start(self) -> ReplicaPair:
         """Make both servers and start streaming; returns self once the standby is up."""
-        self._initdb(self.primary_dir, self.primary_port)
+        template = _template(self._bindir, self._user)
+        for data_dir in (self.primary_dir, self.standby_dir):
+            self._check(
+                run(["cp", "-a", str(template), str(data_dir)], self._user, timeout=_TIMEOUT),
+                f"copy of the template cluster to {data_dir.name}",
+            )
+        _write_settings(self.primary_dir, self.primary_port, self._user)
         self._pg_ctl_start(self.primary_dir)
-        with psycopg.connect(self.dsn(self.primary_port, "postgres"), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {DATABASE}")
-            conn.execute(f"CREATE ROLE {REPLICATOR} REPLICATION LOGIN")
         self.proxy.start()
-        self._check(
-            run(
-                [
-                    str(self._bindir / "pg_basebackup"),
-                    "-h",
-                    HOST,
-                    "-p",
-                    str(self.proxy.port),  # so primary_conninfo (-R) goes through the proxy
-                    "-U",
-                    REPLICATOR,
-                    "-D",
-                    str(self.standby_dir),
-                    "-R",
-                    "-X",
-                    "stream",
-                    "-c",
-                    "fast",
-                ],
-                self._user,
-                timeout=_TIMEOUT,
-            ),
-            "pg_basebackup",
+        # What ``pg_basebackup -R`` would write: stream from the primary through the proxy.
+        conninfo = f"host={HOST} port={self.proxy.port} user={REPLICATOR}"
+        _write_settings(
+            self.standby_dir,
+            self.standby_port,
+            self._user,
+            primary_conninfo=conf_quote(conninfo),
+            cluster_name=conf_quote(STANDBY_NAME),
         )
-        with (self.standby_dir / "postgresql.auto.conf").open("a") as f:
-            f.write(f"port = {self.standby_port}\ncluster_name = '{STANDBY_NAME}'\n")
+        (self.standby_dir / "standby.signal").touch()
+        give_to(self.standby_dir / "standby.signal", self._user)
         self._pg_ctl_start(self.standby_dir)
         self.wait_caught_up()
         return self
@@ -241,55 +237,9 @@ class ReplicaPair:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _initdb(self, data_dir: pathlib.Path, port: int) -> None:
-        data_dir.mkdir(mode=0o700)
-        give_to(data_dir, self._user)
-        self._check(
-            run(
-                [
-                    str(self._bindir / "initdb"),
-                    "-D",
-                    str(data_dir),
-                    "-U",
-                    SUPERUSER,
-                    "--auth=trust",  # initdb's pg_hba also lets 127.0.0.1 replicate
-                    "--encoding=UTF8",
-                    "--locale=C",
-                    "--no-instructions",
-                    "--no-sync",
-                ],
-                self._user,
-                timeout=_TIMEOUT,
-            ),
-            "initdb",
-        )
-        settings = {**_SETTINGS, "port": str(port)}
-        (data_dir / "postgresql.auto.conf").write_text(
-            "".join(f"{name} = {value}\n" for name, value in settings.items())
-        )
-        give_to(data_dir / "postgresql.auto.conf", self._user)
-
     def _pg_ctl_start(self, data_dir: pathlib.Path) -> None:
-        log_file = self.base / f"{data_dir.name}.log"
         self._running.add(data_dir)  # before: a start that times out may still come up
-        self._check(
-            run(
-                [
-                    str(self._bindir / "pg_ctl"),
-                    "start",
-                    "-w",
-                    "-t",
-                    str(int(_TIMEOUT)),
-                    "-D",
-                    str(data_dir),
-                    "-l",
-                    str(log_file),
-                ],
-                self._user,
-                timeout=_TIMEOUT + 10,
-            ),
-            f"pg_ctl start ({data_dir.name}; see {log_file})",
-        )
+        _pg_ctl_start(self._bindir, self._user, data_dir, self.base / f"{data_dir.name}.log")
 
     def _stop(self, data_dir: pathlib.Path, mode: str) -> None:
         self._running.discard(data_dir)
@@ -304,9 +254,97 @@ class ReplicaPair:
 
     @staticmethod
     def _check(result: subprocess.CompletedProcess[str], what: str) -> None:
-        if result.returncode != 0:
-            reason = last_line(result.stderr) or last_line(result.stdout) or "no output"
-            raise AssertionError(f"{what} failed: {reason}")
+        _check(result, what)
+
+
+def _check(result: subprocess.CompletedProcess[str], what: str) -> None:
+    if result.returncode != 0:
+        reason = last_line(result.stderr) or last_line(result.stdout) or "no output"
+        raise AssertionError(f"{what} failed: {reason}")
+
+
+def _write_settings(
+    data_dir: pathlib.Path, port: int, user: ServerUser | None, **more: str
+) -> None:
+    settings = {**_SETTINGS, "port": str(port), **more}
+    (data_dir / "postgresql.auto.conf").write_text(
+        "".join(f"{name} = {value}\n" for name, value in settings.items())
+    )
+    give_to(data_dir / "postgresql.auto.conf", user)
+
+
+def _pg_ctl_start(
+    bindir: pathlib.Path, user: ServerUser | None, data_dir: pathlib.Path, log: pathlib.Path
+) -> None:
+    _check(
+        run(
+            [
+                str(bindir / "pg_ctl"),
+                "start",
+                "-w",
+                "-t",
+                str(int(_TIMEOUT)),
+                "-D",
+                str(data_dir),
+                "-l",
+                str(log),
+            ],
+            user,
+            timeout=_TIMEOUT + 10,
+        ),
+        f"pg_ctl start ({data_dir.name}; see {log})",
+    )
+
+
+#: The template cluster of this process, by server account (made on first use).
+_templates: dict[int | None, pathlib.Path] = {}
+
+
+def _template(bindir: pathlib.Path, user: ServerUser | None) -> pathlib.Path:
+    """A cleanly stopped cluster with the database and the replication role, made once per
+    process and removed at its exit; pairs copy it."""
+    key = None if user is None else user.uid
+    if key in _templates:
+        return _templates[key]
+    base = make_scratch("leaseq-ha-template-")
+    atexit.register(shutil.rmtree, base, ignore_errors=True)
+    give_to(base, user)
+    data_dir = base / "data"
+    data_dir.mkdir(mode=0o700)
+    give_to(data_dir, user)
+    _check(
+        run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(data_dir),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",  # initdb's pg_hba also lets 127.0.0.1 replicate
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-instructions",
+                "--no-sync",
+            ],
+            user,
+            timeout=_TIMEOUT,
+        ),
+        "initdb",
+    )
+    port = free_port()
+    _write_settings(data_dir, port, user)
+    _pg_ctl_start(bindir, user, data_dir, base / "template.log")
+    try:
+        dsn = ReplicaPair.dsn(port, "postgres")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {DATABASE}")
+            conn.execute(f"CREATE ROLE {REPLICATOR} REPLICATION LOGIN")
+    finally:
+        # A clean shutdown: its checkpoint is where both copies start from.
+        stop = [str(bindir / "pg_ctl"), "stop", "-w", "-m", "fast", "-D", str(data_dir)]
+        _check(run(stop, user, timeout=_TIMEOUT), "pg_ctl stop -m fast (template)")
+    _templates[key] = data_dir
+    return data_dir
 
 
 def server_port(conn: psycopg.Connection[tuple[object, ...]]) -> int:
