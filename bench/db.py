@@ -201,7 +201,7 @@ def server_info(dsn: str) -> dict[str, Any]:
 
 
 def claim_params(owner: str, limit: int) -> dict[str, Any]:
-    return {"queue": QUEUE, "owner": owner, "lease_seconds": 60.0, "limit": limit, "careful": False}
+    return {"queue": QUEUE, "owner": owner, "lease_seconds": 60.0, "limit": limit}
 
 
 def claim_and_complete(

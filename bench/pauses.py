@@ -73,7 +73,6 @@ def _statement_cost(dsn: str, pending: int, claims: int) -> dict[str, float]:
             "owner": "bench",
             "lease_seconds": 60.0,
             "limit": 10,
-            "careful": False,
         }
         for phase in ("none", "100 pauses"):
             if phase != "none":

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any, Unpack
 
+import psycopg
+
 from leaseq import validate
 from leaseq.deps import check_depends_on
 from leaseq.errors import ConfigError
@@ -386,3 +388,19 @@ def unclaimable_params(found: Sequence[Unclaimable]) -> dict[str, Any]:
         "classes": [str(ErrorClass.PERMANENT)] * len(found),
         "details": [validate.bound_detail(u.reason) for u in found],
     }
+
+
+#: How long a queue's claims take claim_limited_jobs after claim_jobs could not (limits it
+#: does not handle, or a slot number still held; see the client's claim): long enough that
+#: such a queue costs one failed statement per this many seconds, short enough that a limit
+#: far from full soon gets the fast path again.
+CAREFUL_SECONDS = 10.0
+#: Statements one claim may try when slot numbers race (see claim).
+CLAIM_ATTEMPTS = 3
+
+
+def claim_goes_careful(exc: psycopg.Error) -> bool:
+    """Did claim_jobs fail in a way claim_limited_jobs handles (nothing was claimed)?"""
+    return exc.sqlstate == "LQ001" or isinstance(
+        exc, (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
+    )

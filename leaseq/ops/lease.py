@@ -21,6 +21,9 @@ from leaseq.models import Heartbeat, Lease
 from leaseq.ops.base import ClientBase
 from leaseq.owners import claim_owner
 from leaseq.params import (
+    CAREFUL_SECONDS,
+    CLAIM_ATTEMPTS,
+    claim_goes_careful,
     coordinated,
     detail,
     fence_arrays,
@@ -33,13 +36,6 @@ from leaseq.rows import Unclaimable, leases_from_rows
 from leaseq.states import JobStatus
 
 log = logging.getLogger("leaseq.jobs")
-
-#: How long a queue's claims take admit() after its fast limited claim met a slot still
-#: held (claim_jobs): long enough that a nearly full limit costs one failed statement per
-#: this many seconds, short enough that a limit far from full again soon gets the fast path.
-CAREFUL_SECONDS = 10.0
-#: Statements one claim may try when slot numbers race (see claim).
-CLAIM_ATTEMPTS = 3
 
 
 class LeaseOps(ClientBase):
@@ -72,25 +68,27 @@ class LeaseOps(ClientBase):
             "owner": claim_owner(validate.check_worker_id(worker)),
             "lease_seconds": seconds,
             "limit": want,
-            # In a caller's transaction a failed statement would end that transaction.
-            "careful": connection is not None
-            or self._careful_until.get(name, 0.0) > time.monotonic(),
         }
+        # claim_jobs fails (nothing claimed) when limits apply that its fast path does not
+        # handle, or when a slot number raced: then claim_limited_jobs, for a while. In a
+        # caller's transaction a failed statement would end that transaction: always the
+        # limited statement there (without limits it is the plain claim).
+        careful = connection is not None or self._careful_until.get(name, 0.0) > time.monotonic()
         rows: list[Any] = []
         for _ in range(CLAIM_ATTEMPTS):
+            statement = "claim_limited_jobs" if careful else "claim_jobs"
             try:
-                rows = self._rows("claim_jobs", params, connection)
+                rows = self._rows(statement, params, connection)
                 break
-            except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
-                # A slot number under a queue limit was taken by a claim that committed
-                # first (claim_jobs: the fast path, or admit() between its search and the
-                # write), or two claims waited on each other's numbers and the server ended
-                # one: nothing was claimed. Claim again the careful way, and stay careful a
-                # while; after CLAIM_ATTEMPTS such races this claim returns nothing.
-                if connection is not None:
+            except psycopg.Error as exc:
+                if not claim_goes_careful(exc) or connection is not None:
                     raise
+                # LQ001 (claim_needs_admit): limits apply; or a slot number under a queue
+                # limit was taken by a claim that committed first, or two claims waited on
+                # each other's numbers and the server ended one. Nothing was claimed.
+                # After CLAIM_ATTEMPTS such races this claim returns nothing.
                 self._careful_until[name] = time.monotonic() + CAREFUL_SECONDS
-                params["careful"] = True
+                careful = True
         leases, unclaimable = leases_from_rows(rows, seconds)
         if unclaimable:
             self._end_unclaimable(unclaimable, connection)

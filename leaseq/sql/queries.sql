@@ -397,12 +397,43 @@ NOT EXISTS (SELECT 1 FROM {schema}.pauses WHERE false FOR SHARE)
          OR NOT EXISTS (SELECT 1 FROM {schema}.pauses AS pk
                         WHERE pk.scope = 'ordering_key' AND pk.value = c.ordering_key))
 
+-- name: _claim_returning
+-- (Before _limits_apply, which it uses: fragments are expanded in file order.)
+-- What both claim statements return per claimed job (alias j): the lease and the job.
+RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::text,
+          j.attempt_count, j.max_attempts, j.priority, j.payload_version,
+          j.unknown_failures,
+          -- The default ctx.idempotency_key: the id and created_at to the microsecond (UTC),
+          -- since an id alone repeats when a failover loses an enqueue and the new primary
+          -- hands the id out again (params.default_idempotency_key is its Python twin).
+          coalesce(j.idempotency_key, 'leaseq-job-' || j.id || '-'
+                   || to_char(j.created_at AT TIME ZONE 'UTC', 'YYYYMMDDHH24MISSUS')),
+          j.ordering_key, j.unique_key,
+          -- Claimed under limits: the lease may hold slots, so its end must take the
+          -- statements that give them back (complete_keyed_jobs, fail_keyed_jobs).
+          {_limits_apply},
+          j.has_dependents,
+          -- Times as float8 seconds: the clock, then ages (see leases_from_rows).
+          date_part('epoch', now()),
+          CASE WHEN isfinite(j.created_at) THEN date_part('epoch', now() - j.created_at) END,
+          CASE WHEN isfinite(j.available_at)
+            THEN date_part('epoch', now() - j.available_at) END
+
 -- name: _limits_apply
 -- Could any limit apply to a claim of queue %(queue)s? An uncorrelated test of the small
 -- limits table (an InitPlan, run once per statement): with no limit on this queue and no
 -- task or key limit anywhere, the claim takes its plain path, as cheap as without limits.
 EXISTS (SELECT 1 FROM {schema}.limits
         WHERE left(name, 6) <> 'queue:' OR name IN ('queue:' || %(queue)s, 'queue:*'))
+
+-- name: _queue_concurrency
+-- The concurrency of %(queue)s's limit: its own, else the queue family's when it has no
+-- limit of its own (NULL: none). Uncorrelated InitPlans over the small limits table.
+coalesce(
+  (SELECT x.concurrency FROM {schema}.limits AS x WHERE x.name = 'queue:' || %(queue)s),
+  (SELECT x.concurrency FROM {schema}.limits AS x
+    WHERE x.name = 'queue:*'
+      AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS e WHERE e.name = 'queue:' || %(queue)s)))
 
 -- name: claim_jobs
 -- The seed's claim: lock candidates with SKIP LOCKED and flip them to running in the same
@@ -424,51 +455,66 @@ EXISTS (SELECT 1 FROM {schema}.limits
 -- Pauses ({_not_paused}) are checked here, in the claim itself, so a pause needs no worker
 -- memory and holds through restarts and deploys.
 --
--- Limits: the path is decided once, in lim (InitPlans over the small limits table):
--- - plain: no limit can apply to this queue (the seed's claim, as cheap as without limits);
--- - fast: this queue's only limit is a concurrency (no rate, no task or key limit anywhere,
---   no slot held above it after a lowering): each job takes slot (id mod concurrency) + 1
---   on its own row, and jobs_queue_slot_idx (unique per queue and number, version 16)
---   decides. A number still held makes the statement fail (unique_violation, nothing
---   claimed); the client then claims again with %(careful)s, and stays careful a while.
--- - admit(): everything else (migration 0016), which also returns the queue slots.
-WITH lim AS MATERIALIZED (
-  SELECT a.apply,
-         coalesce(a.apply AND NOT %(careful)s AND q.rate IS NULL AND q.conc IS NOT NULL
-                  AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS o
-                                  WHERE left(o.name, 6) <> 'queue:')
-                  -- No slot held above the limit (lowered meanwhile): the highest slot
-                  -- held, one step down jobs_queue_slot_idx.
-                  AND coalesce((SELECT max(h.queue_slot) FROM {schema}.jobs AS h
-                                WHERE h.queue_name = %(queue)s AND h.queue_slot IS NOT NULL),
-                               0) <= q.conc,
-                  false) AS fast,
-         q.conc
-  FROM (SELECT {_limits_apply} AS apply) AS a
-  -- The queue's own limit, else the queue family's (names are unique: a row at most each).
-  LEFT JOIN {schema}.limits AS e ON a.apply AND e.name = 'queue:' || %(queue)s
-  LEFT JOIN {schema}.limits AS f ON a.apply AND e.name IS NULL AND f.name = 'queue:*'
-  CROSS JOIN LATERAL (
-    SELECT coalesce(e.concurrency, f.concurrency) AS conc,
-           CASE WHEN e.name IS NOT NULL THEN e.rate ELSE f.rate END AS rate
-  ) AS q
-), pick AS MATERIALIZED (
-  SELECT CASE
-           WHEN NOT l.apply
-             THEN ARRAY({_claim_candidates} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
-           WHEN l.fast
-             THEN ARRAY({_claim_candidates} LIMIT least(%(limit)s, l.conc) FOR UPDATE SKIP LOCKED)
+-- Limits: a claim of a queue no limit can apply to (no limit of its own or of the queue
+-- family, no task or key limit anywhere) is the seed's claim: the only addition is one check
+-- of the small limits table. Under a queue concurrency limit and nothing else (no rate on
+-- it, no task or key limit anywhere, no slot held above it after a lowering, a limit at
+-- least the claim's size) it takes the fast path: each job takes slot (id mod concurrency) + 1 on its own row, and
+-- jobs_queue_slot_idx (unique per queue and number, version 16) decides: a number still
+-- held makes the statement fail (unique_violation, nothing claimed). Any other limit makes
+-- it fail at once (claim_needs_admit, SQLSTATE LQ001, nothing locked yet). The client then
+-- claims with claim_limited_jobs, and keeps doing so for a while.
+UPDATE {schema}.jobs AS j
+SET status = 'running',
+    attempt_count = least(j.attempt_count, 2147483646) + 1,
+    lease_owner = %(owner)s,
+    lease_token = least(j.lease_token, 9223372036854775806) + 1,
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+    started_at = now(),
+    heartbeat_at = now(),
+    queue_slot = CASE WHEN {_limits_apply}
+                   THEN (j.id %% {_queue_concurrency})::integer + 1 END
+-- The CASE sits in a scalar subquery (an InitPlan, run once): bare, its volatile ELSE
+-- made the id test unusable for the primary key, and the UPDATE read the whole table.
+WHERE j.id = ANY((SELECT CASE
+  WHEN NOT {_limits_apply}
+    -- No limit: the seed's claim. The fast path: a limit of at least this claim's size (so
+    -- the batch's own numbers cannot collide; the LIMIT stays a plain parameter, which the
+    -- planner turns into a short index scan).
+    OR ({_queue_concurrency} >= %(limit)s
+        AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS o
+                        WHERE left(o.name, 6) <> 'queue:'
+                           OR (o.rate IS NOT NULL
+                               AND o.name IN ('queue:' || %(queue)s, 'queue:*')))
+        -- No slot held above the limit (lowered meanwhile): the highest slot held, one
+        -- step down jobs_queue_slot_idx.
+        AND coalesce((SELECT max(h.queue_slot) FROM {schema}.jobs AS h
+                      WHERE h.queue_name = %(queue)s AND h.queue_slot IS NOT NULL), 0)
+            <= {_queue_concurrency})
+    THEN ARRAY({_claim_candidates} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+  ELSE {schema}.claim_needs_admit()
+END)::bigint[])
+{_claim_returning};
+
+-- name: claim_limited_jobs
+-- claim_jobs when limits apply and its fast path cannot be taken (or failed): the same
+-- claim with admit() (migration 0016) deciding which candidates get their slots and rate
+-- tokens; it also returns each one's queue slot, which the UPDATE writes. Without any limit
+-- that could apply it is the seed's claim, so a caller's transaction (the testing kit's
+-- drain) can always use this one: it never fails for a slot race of its own making.
+WITH pick AS MATERIALIZED (
+  SELECT CASE WHEN NOT {_limits_apply}
+           THEN ARRAY({_claim_candidates} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
          END AS ids,
          -- A bounded scan of candidates (enough to step over a few full keys, bounded so
          -- the claim stays short), read unlocked in claim order; admit() locks each it tries
          -- (SKIP LOCKED, re-checked), takes their slots and rate tokens and returns the
          -- first %(limit)s that got all of them. The others stay pending in their place (no
          -- attempt charged) and the claim takes later work instead.
-         CASE WHEN l.apply AND NOT l.fast
+         CASE WHEN {_limits_apply}
            THEN {schema}.admit(ARRAY({_claim_candidates} LIMIT least(4 * %(limit)s + 32, 2000)),
                                %(limit)s)
          END AS adm
-  FROM lim AS l
 )
 UPDATE {schema}.jobs AS j
 SET status = 'running',
@@ -478,31 +524,10 @@ SET status = 'running',
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     started_at = now(),
     heartbeat_at = now(),
-    queue_slot = CASE
-      WHEN NOT (SELECT apply FROM lim) THEN NULL
-      WHEN (SELECT fast FROM lim) THEN (j.id %% (SELECT conc FROM lim))::integer + 1
-      ELSE ((SELECT adm FROM pick)).slots[
-             array_position(((SELECT adm FROM pick)).admitted, j.id)]
-    END
+    queue_slot = ((SELECT adm FROM pick)).slots[
+                   array_position(((SELECT adm FROM pick)).admitted, j.id)]
 WHERE j.id = ANY(coalesce((SELECT ids FROM pick), ((SELECT adm FROM pick)).admitted))
-RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::text,
-          j.attempt_count, j.max_attempts, j.priority, j.payload_version,
-          j.unknown_failures,
-          -- The default ctx.idempotency_key: the id and created_at to the microsecond (UTC),
-          -- since an id alone repeats when a failover loses an enqueue and the new primary
-          -- hands the id out again (params.default_idempotency_key is its Python twin).
-          coalesce(j.idempotency_key, 'leaseq-job-' || j.id || '-'
-                   || to_char(j.created_at AT TIME ZONE 'UTC', 'YYYYMMDDHH24MISSUS')),
-          j.ordering_key, j.unique_key,
-          -- Claimed under limits: the lease may hold slots, so its end must take the
-          -- statements that give them back (complete_keyed_jobs, fail_keyed_jobs).
-          {_limits_apply},
-          j.has_dependents,
-          -- Times as float8 seconds: the clock, then ages (see leases_from_rows).
-          date_part('epoch', now()),
-          CASE WHEN isfinite(j.created_at) THEN date_part('epoch', now() - j.created_at) END,
-          CASE WHEN isfinite(j.available_at)
-            THEN date_part('epoch', now() - j.available_at) END;
+{_claim_returning};
 
 -- name: _owned_by_token
 -- The fence for a batch of leases; ids must be ascending and unique. Each row's owner and

@@ -357,7 +357,7 @@ def test_prune_never_makes_a_claim_wait(dsn: str, schema: str, client: leaseq.Cl
         claimed = 0
         while batch := claimer.execute(
             client.queries["claim_jobs"],
-            {"queue": "default", "owner": "c", "lease_seconds": 30, "limit": 20, "careful": False},
+            {"queue": "default", "owner": "c", "lease_seconds": 30, "limit": 20},
         ).fetchall():
             claimed += len(batch)
         assert claimed == 200

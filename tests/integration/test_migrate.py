@@ -73,7 +73,7 @@ def test_claim_uses_the_partial_index_on_a_backlog(
 ) -> None:
     client.enqueue_many([{"task": "t", "queue": f"q{i % 5}"} for i in range(20000)])
     run_sql(dsn, "ANALYZE {s}.jobs", schema)
-    params = {"queue": "q1", "owner": "w", "lease_seconds": 30, "limit": 10, "careful": False}
+    params = {"queue": "q1", "owner": "w", "lease_seconds": 30, "limit": 10}
     with psycopg.connect(dsn) as conn:
         plan = "\n".join(
             row[0] for row in conn.execute("EXPLAIN " + client.queries["claim_jobs"], params)

@@ -156,7 +156,7 @@ def test_pause_waits_for_a_claim_in_flight_and_is_stamped_after_it(
     a cached plan (prepared statement), which takes the plan's locks again at each run."""
     job_id = client.enqueue("t", queue="q")
     later = client.enqueue("t", queue="q")
-    params = {"queue": "q", "owner": "w", "lease_seconds": 60.0, "limit": 1, "careful": False}
+    params = {"queue": "q", "owner": "w", "lease_seconds": 60.0, "limit": 1}
     claim = client.queries["claim_jobs"]
     with psycopg.connect(dsn) as claimer:  # a claim transaction still open
         if prepared:

@@ -36,7 +36,7 @@ def test_fast_claim_meeting_a_held_number_falls_back_and_admits_the_rest(
     # Move the held slot onto the number ids[1] would take on the fast path.
     clash = ids[1] % 3 + 1
     run_sql(dsn, "UPDATE {s}.jobs SET queue_slot = %s WHERE id = %s", schema, clash, ids[0])
-    got = client.claim("q", worker="w", limit=10)
+    got = client.claim("q", worker="w", limit=2)  # a fast claim: the limit is at least 2
     assert [lease.job_id for lease in got] == ids[1:3], "two free slots, taken in claim order"
     held = _queue_slots(dsn, schema)
     assert sorted(held) == ids[:3] and sorted(held.values()) == [1, 2, 3]

@@ -26,7 +26,6 @@ async def test_claim_is_never_jit_compiled_on_the_worker_connections(
         "owner": "w:plan",
         "lease_seconds": 30.0,
         "limit": 5,
-        "careful": False,
     }
     try:
         async with worker.client.connection() as conn:

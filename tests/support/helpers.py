@@ -48,9 +48,9 @@ def claim_waits_on_a_lock(dsn: str, schema: str) -> bool:
     ((n,),) = rows(
         dsn,
         # pg_stat_activity keeps the first 1 kB of a statement (track_activity_query_size):
-        # claim_jobs is known by its opening, and names the schema within that.
+        # claim_jobs sets the lease token (and names the schema) within that.
         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND query LIKE %s AND query LIKE 'WITH lim AS MATERIALIZED (%%'",
+        "AND query LIKE %s AND query LIKE '%%lease_token = least(j.lease_token%%'",
         schema,
         f"%{schema}%",
     )

@@ -72,6 +72,18 @@ $$;
 -- slots, in the order of admitted) for the claim's UPDATE to write, not inserted.
 DROP FUNCTION {schema}.admit(bigint[], integer);
 
+-- claim_jobs's way of saying "limits apply that its fast path does not handle: claim with
+-- claim_limited_jobs" (SQLSTATE LQ001). It runs before the claim has locked anything.
+CREATE FUNCTION {schema}.claim_needs_admit()
+RETURNS bigint[]
+LANGUAGE plpgsql
+AS $$
+BEGIN
+  RAISE EXCEPTION 'leaseq: limits apply to this claim (claim_limited_jobs takes it)'
+    USING ERRCODE = 'LQ001';
+END
+$$;
+
 -- What admit() returns: the admitted ids in claim order, and each one's queue slot.
 CREATE TYPE {schema}.admission AS (admitted bigint[], slots integer[]);
 
