@@ -71,7 +71,10 @@ key_windows AS (
 slots_freed AS (
   DELETE FROM {schema}.limit_slots AS s
   USING upd
-  WHERE s.job_id = upd.id AND s.lease_token = upd.lease_token
+  -- No slot rows at all (queue limits only: theirs are on the job rows): one uncorrelated
+  -- check, and no probe per lease.
+  WHERE (SELECT EXISTS (SELECT 1 FROM {schema}.limit_slots))
+    AND s.job_id = upd.id AND s.lease_token = upd.lease_token
   RETURNING CASE
     WHEN (SELECT EXISTS (SELECT 1 FROM {schema}.limits
                          WHERE refused_at > now() - interval '5 minutes'))
