@@ -8,35 +8,21 @@ a limit of 50 besides.
 
 from __future__ import annotations
 
-from bench.db import check_drained, drain_clock, fill_queue, fresh_schema
-from bench.harness import (
-    QUEUE,
-    BenchError,
-    Metric,
-    Ratio,
-    Sample,
-    Scenario,
-    Settings,
-    leaseq_root,
-    run_burst_worker,
-)
+import leaseq
+from bench.harness import QUEUE, Metric, Ratio, Sample, Scenario, Settings
+from bench.scenarios.regression import drain_after
 
 NAME = "drain-limited"
 #: Far above anything a worker runs at once: every claim takes slots, none is refused.
 NEVER_REACHED = 100_000
 
 
+def limit_never_reached(client: leaseq.Client) -> None:
+    client.set_limit(f"queue:{QUEUE}", concurrency=NEVER_REACHED)
+
+
 def drain_limited(settings: Settings) -> dict[str, Sample]:
-    with fresh_schema(settings.dsn, NAME) as client:
-        fill_queue(settings.dsn, client, settings.jobs)
-        client.set_limit(f"queue:{QUEUE}", concurrency=NEVER_REACHED)
-        wall, lines = run_burst_worker(settings, client.schema, cwd=leaseq_root())
-        processed = int(lines[0]["jobs"])
-        if processed != settings.jobs:
-            raise BenchError(f"worker processed {processed} of {settings.jobs}: {lines[0][0]}")
-        check_drained(settings.dsn, client.schema, settings.jobs, queue=QUEUE)
-        db = drain_clock(settings.dsn, client.schema, queue=QUEUE)
-    return {f"{NAME}-db": Sample(processed, db), f"{NAME}-wall": Sample(processed, wall)}
+    return drain_after(settings, NAME, limit_never_reached)
 
 
 SCENARIO = Scenario(

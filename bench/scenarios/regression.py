@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import pathlib
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 import leaseq
@@ -60,17 +61,25 @@ def use_capabilities_elsewhere(client: leaseq.Client) -> None:
     client.enqueue(TASK, {"n": -2}, queue=OTHER, depends_on=[int(head)])
 
 
-def drain_elsewhere(settings: Settings) -> dict[str, Sample]:
-    with fresh_schema(settings.dsn, NAME) as client:
+def drain_after(
+    settings: Settings, name: str, prepare: Callable[[leaseq.Client], None]
+) -> dict[str, Sample]:
+    """drain-leaseq's drain (one burst worker) of a fresh schema, after ``prepare`` (untimed)
+    set something up beside the filled queue; samples ``{name}-db`` and ``{name}-wall``."""
+    with fresh_schema(settings.dsn, name) as client:
         fill_queue(settings.dsn, client, settings.jobs)
-        use_capabilities_elsewhere(client)
+        prepare(client)
         wall, lines = run_burst_worker(settings, client.schema, cwd=leaseq_root())
         processed = int(lines[0]["jobs"])
         if processed != settings.jobs:
             raise BenchError(f"worker processed {processed} of {settings.jobs}: {lines[0][0]}")
         check_drained(settings.dsn, client.schema, settings.jobs, queue=QUEUE)
         db = drain_clock(settings.dsn, client.schema, queue=QUEUE)
-    return {f"{NAME}-db": Sample(processed, db), f"{NAME}-wall": Sample(processed, wall)}
+    return {f"{name}-db": Sample(processed, db), f"{name}-wall": Sample(processed, wall)}
+
+
+def drain_elsewhere(settings: Settings) -> dict[str, Sample]:
+    return drain_after(settings, NAME, use_capabilities_elsewhere)
 
 
 SCENARIO = Scenario(

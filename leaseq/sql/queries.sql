@@ -429,6 +429,17 @@ RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::t
 EXISTS (SELECT 1 FROM {schema}.limits
         WHERE left(name, 6) <> 'queue:' OR name IN ('queue:' || %(queue)s, 'queue:*'))
 
+-- name: _claim_set
+-- What both claim statements set on a claimed job (alias j), besides its queue slot: the
+-- lease (owner, next token, expiry) and the attempt.
+status = 'running',
+    attempt_count = least(j.attempt_count, 2147483646) + 1,
+    lease_owner = %(owner)s,
+    lease_token = least(j.lease_token, 9223372036854775806) + 1,
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+    started_at = now(),
+    heartbeat_at = now()
+
 -- name: _queue_concurrency
 -- The concurrency of %(queue)s's limit: its own, else the queue family's when it has no
 -- limit of its own (NULL: none). Uncorrelated InitPlans over the small limits table.
@@ -468,13 +479,7 @@ coalesce(
 -- it fail at once (claim_needs_admit, SQLSTATE LQ001, nothing locked yet). The client then
 -- claims with claim_limited_jobs, and keeps doing so for a while.
 UPDATE {schema}.jobs AS j
-SET status = 'running',
-    attempt_count = least(j.attempt_count, 2147483646) + 1,
-    lease_owner = %(owner)s,
-    lease_token = least(j.lease_token, 9223372036854775806) + 1,
-    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
-    started_at = now(),
-    heartbeat_at = now(),
+SET {_claim_set},
     queue_slot = CASE WHEN {_limits_apply}
                    THEN (j.id %% {_queue_concurrency})::integer + 1 END
 -- The CASE sits in a scalar subquery (an InitPlan, run once): bare, its volatile ELSE
@@ -520,13 +525,7 @@ WITH pick AS MATERIALIZED (
          END AS adm
 )
 UPDATE {schema}.jobs AS j
-SET status = 'running',
-    attempt_count = least(j.attempt_count, 2147483646) + 1,
-    lease_owner = %(owner)s,
-    lease_token = least(j.lease_token, 9223372036854775806) + 1,
-    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
-    started_at = now(),
-    heartbeat_at = now(),
+SET {_claim_set},
     queue_slot = ((SELECT adm FROM pick)).slots[
                    array_position(((SELECT adm FROM pick)).admitted, j.id)]
 WHERE j.id = ANY(coalesce((SELECT ids FROM pick), ((SELECT adm FROM pick)).admitted))
