@@ -63,6 +63,10 @@ class Lease:
     #: Claimed under limits: the lease may hold concurrency slots, which the statement that
     #: ends it gives back (so its completion takes the coordinated statements).
     limited: bool = False
+    #: Claimed while task or key limits existed: the lease may hold slot rows, which only
+    #: the coordinated statements delete (a queue limit's slot is on the job row, which
+    #: every statement ending a lease clears).
+    slot_rows: bool = False
     #: Some job depends on this one: its completion and failure promote dependents.
     has_dependents: bool = False
     #: Local monotonic time the lease object was made (at the claim), for elapsed times.

@@ -196,17 +196,19 @@ def default_idempotency_key(job_id: int, created_at: dt.datetime) -> str:
 
 def coordinated(lease: Lease) -> bool:
     """Does ending this lease take the coordinated statements (complete_keyed_jobs,
-    fail_keyed_jobs)? Yes for a unique key (who holds it changes), for a lease claimed
-    under limits (its slots are given back in the same statement), and for a job others
-    depend on (its end promotes them in the same transaction)."""
-    return lease.unique_key is not None or lease.limited or lease.has_dependents
+    fail_keyed_jobs)? Yes for a unique key (who holds it changes), for a lease that may hold
+    slot rows (claimed while task or key limits existed: they are deleted in the same
+    statement; a queue limit's slot is on the job row, which every ending statement
+    clears), and for a job others depend on (its end promotes them in the same
+    transaction)."""
+    return lease.unique_key is not None or lease.slot_rows or lease.has_dependents
 
 
 def limited_only(lease: Lease) -> bool:
-    """Is this a lease claimed under limits and nothing else coordinated (no unique key, no
-    dependents)? Its completion is complete_limited_jobs: one statement that frees its slots,
-    with no transaction around it."""
-    return lease.limited and lease.unique_key is None and not lease.has_dependents
+    """Is this a lease that may hold slot rows and nothing else coordinated (no unique key,
+    no dependents)? Its completion is complete_limited_jobs: one statement that frees its
+    slots, with no transaction around it."""
+    return lease.slot_rows and lease.unique_key is None and not lease.has_dependents
 
 
 def fence_arrays(leases: Sequence[Lease]) -> dict[str, list[Any]]:

@@ -136,6 +136,7 @@ def leases_from_rows(
         clock,
         created_age,
         available_age,
+        slot_rows,
     ) in rows:
         try:
             problem = _row_problem(token, attempt, created_age, available_age)
@@ -203,6 +204,7 @@ def leases_from_rows(
                 "ordering_key": ordering_key,
                 "unique_key": unique_key,
                 "limited": limited,
+                "slot_rows": slot_rows,
                 "has_dependents": has_dependents,
                 "claimed_monotonic": claimed_monotonic,
             },

@@ -420,7 +420,11 @@ RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::t
           date_part('epoch', now()),
           CASE WHEN isfinite(j.created_at) THEN date_part('epoch', now() - j.created_at) END,
           CASE WHEN isfinite(j.available_at)
-            THEN date_part('epoch', now() - j.available_at) END
+            THEN date_part('epoch', now() - j.available_at) END,
+          -- Claimed while task or key limits exist: the lease may hold slot rows
+          -- (limit_slots), so its end takes the statements that delete them. A queue
+          -- limit's slot is on the row, which every statement ending a lease clears.
+          EXISTS (SELECT 1 FROM {schema}.limits WHERE left(name, 6) <> 'queue:')
 
 -- name: _limits_apply
 -- Could any limit apply to a claim of queue %(queue)s? An uncorrelated test of the small
@@ -623,7 +627,8 @@ RETURNING j.id, j.lease_token, j.lease_expires_at, j.cancel_requested_at IS NOT 
 -- Fenced success for a batch; rows missing from RETURNING were not ours any more, or
 -- gained dependents after the claim ("NOT has_dependents": the client then completes them
 -- with complete_keyed_jobs, which promotes dependents; the enqueue of a dependent locks
--- this row, so a completion either commits first or sees the flag).
+-- this row, so a completion either commits first or sees the flag). A queue limit's slot
+-- goes with the lease, and wakes the workers its limit held back lately (_queue_wake).
 UPDATE {schema}.jobs AS j
 SET status = 'succeeded',
     finished_at = now(),
@@ -632,7 +637,7 @@ SET status = 'succeeded',
     queue_slot = NULL  -- a queue limit's slot goes with the lease (version 16)
 WHERE {_owned_by_token}
   AND NOT j.has_dependents
-RETURNING j.id;
+RETURNING j.id, {_queue_wake};
 
 -- name: complete_limited_jobs
 -- complete_jobs for leases claimed under limits (no unique key, no dependents): the fenced
@@ -686,7 +691,8 @@ WITH d AS (
     -- As in complete_jobs: a job with dependents takes fail_keyed_jobs.
     AND NOT j.has_dependents
   RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.code, d.detail,
-            d.class, d.reason, j.cancel_requested_at IS NOT NULL AS cancel_asked
+            d.class, d.reason, j.cancel_requested_at IS NOT NULL AS cancel_asked,
+            {_queue_wake}
 )
 {_failure_events};
 

@@ -171,6 +171,7 @@ def test_upgrade_moves_held_queue_slots_onto_their_jobs(dsn: str, schema: str) -
             max_attempts=3,
             expires_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1),
             limited=True,
+            slot_rows=True,  # claimed while the task limit existed
         )
         assert client.complete(lease)
         assert rows(dsn, "SELECT count(*) FROM {s}.held_slots", schema) == [(0,)]
