@@ -46,6 +46,7 @@ def _claim_row(job_id: int, **changes: Any) -> tuple[Any, ...]:
         "clock": CLOCK,
         "created_age": 2.0,
         "available_age": 1.0,
+        "slot_rows": False,
     }
     row.update(changes)
     return tuple(row.values())
@@ -93,6 +94,9 @@ def test_a_good_row_is_the_lease_its_constructor_would_build() -> None:
         claimed_at=claimed,
         available_at=claimed - dt.timedelta(seconds=1),
     )
+    # The two limit flags come through as the claim returned them.
+    ((flagged,), []) = leases_from_rows([_claim_row(8, limited=True, slot_rows=True)], 30.0)
+    assert flagged.limited and flagged.slot_rows
 
 
 @pytest.mark.parametrize(
