@@ -61,7 +61,7 @@ class Lease:
     #: The job's unique key (its completion and failure then update who holds the key).
     unique_key: str | None = None
     #: Claimed under limits: the lease may hold concurrency slots, which the statement that
-    #: ends it gives back (so its completion takes the coordinated statements).
+    #: ends it gives back (which statement that is follows ``slot_rows``).
     limited: bool = False
     #: Claimed while task or key limits existed: the lease may hold slot rows, which only
     #: the coordinated statements delete (a queue limit's slot is on the job row, which

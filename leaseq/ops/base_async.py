@@ -112,9 +112,9 @@ class AsyncClientBase:
         self.tracing = tracing
         self._pool: AsyncConnectionPool[AsyncConnection[TupleRow]] | None = None
         self._lock = asyncio.Lock()
-        #: Queues whose fast limited claim met a slot still held, and until when (monotonic)
-        #: their claims take admit() (see claim_jobs). Only a cost decision: the limit
-        #: itself is the database's unique index either way.
+        #: Queues whose claim_jobs could not claim (limits it leaves to admit(), or a slot
+        #: number still held), and until when (monotonic) their claims take
+        #: claim_limited_jobs. Only a cost decision: the limits are the database's either way.
         self._careful_until: dict[str, float] = {}
         #: The read replica's pool (None: every read runs on the primary). Only ``_read``
         #: and ``_read_together`` use it: write methods have no way to reach it.

@@ -62,12 +62,15 @@ key_windows AS (
 -- transition that ended the lease that took them can free them: a stale worker's write,
 -- refused by the fence, frees nothing, and no slot is ever freed twice.
 --
+-- Only task and key limits have slot rows (a queue limit's slot is jobs.queue_slot, version
+-- 16, cleared by the ending statement itself; its wake-up is _queue_wake).
+--
 -- Wake-up: a slot freed of a limit that refused a claim lately (limits.refused_at, set by
 -- admit(), migration 0013) sends a NOTIFY on the schema's channel, so a worker held back by
--- that limit claims now, not at its next poll: the queue for a queue limit, every queue
--- ("*") for a task or key limit. RETURNING is computed for every deleted row even though
--- nothing reads this CTE. A limit that never refuses costs one uncorrelated check of the
--- small limits table per statement and sends nothing.
+-- that limit claims now, not at its next poll: every queue ("*"), since a task or key limit
+-- spans queues. RETURNING is computed for every deleted row even though nothing reads this
+-- CTE. A limit that never refuses costs one uncorrelated check of the small limits table
+-- per statement and sends nothing.
 slots_freed AS (
   DELETE FROM {schema}.limit_slots AS s
   USING upd
@@ -81,9 +84,7 @@ slots_freed AS (
      AND EXISTS (SELECT 1 FROM {schema}.limits AS b
                  WHERE b.name IN (s.limit_name, regexp_replace(s.limit_name, '[^:]*$', '*'))
                    AND b.refused_at > now() - interval '5 minutes')
-    THEN pg_notify('leaseq.' || btrim('{schema}', '"'),
-                   CASE WHEN left(s.limit_name, 6) = 'queue:' THEN substr(s.limit_name, 7)
-                        ELSE '*' END)::text
+    THEN pg_notify('leaseq.' || btrim('{schema}', '"'), '*')::text
   END
 )
 
@@ -412,8 +413,8 @@ RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::t
           coalesce(j.idempotency_key, 'leaseq-job-' || j.id || '-'
                    || to_char(j.created_at AT TIME ZONE 'UTC', 'YYYYMMDDHH24MISSUS')),
           j.ordering_key, j.unique_key,
-          -- Claimed under limits: the lease may hold slots, so its end must take the
-          -- statements that give them back (complete_keyed_jobs, fail_keyed_jobs).
+          -- Claimed under limits (Lease.limited; informational: how its end is routed is
+          -- slot_rows, the last column).
           {_limits_apply},
           j.has_dependents,
           -- Times as float8 seconds: the clock, then ages (see leases_from_rows).
