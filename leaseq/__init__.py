@@ -9,7 +9,6 @@ never overwrite the job's state.
 from leaseq.app import App, Task
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
-from leaseq.deps import Dep, Ref
 from leaseq.errors import (
     ConfigError,
     DatabaseUnavailable,
@@ -28,7 +27,6 @@ from leaseq.errors import (
     SchemaError,
     UniqueConflict,
 )
-from leaseq.limits import Limit, RateLimit
 from leaseq.models import (
     Dependency,
     EffectRecord,
@@ -42,15 +40,18 @@ from leaseq.models import (
     QueueStats,
     SweepResult,
 )
-from leaseq.ops.routed import RoutedBatch, RoutedClient
-from leaseq.ops.routed_async import AsyncRoutedBatch, AsyncRoutedClient
-from leaseq.pauses import AdminEvent, Pause
-from leaseq.replicas import ReplicaLag
 from leaseq.retry import RetryPolicy
-from leaseq.routing import QueueMap, RoutedResult
-from leaseq.schedules import Schedule, ScheduleTick
+from leaseq.routed import RoutedBatch, RoutedClient
+from leaseq.routed_async import AsyncRoutedBatch, AsyncRoutedClient
+from leaseq.rules.deps import Dep, Ref
+from leaseq.rules.limits import Limit, RateLimit
+from leaseq.rules.pauses import AdminEvent, Pause
+from leaseq.rules.replicas import ReplicaLag
+from leaseq.rules.routing import QueueMap, RoutedResult
+from leaseq.rules.schedules import Schedule, ScheduleTick
+from leaseq.rules.unique import EnqueueResult, ReplayResult
+from leaseq.rules.workflows import Chain, Group, Sig, chain, group
 from leaseq.states import JobStatus
-from leaseq.unique import EnqueueResult, ReplayResult
 from leaseq.worker import (
     EffectDecision,
     EffectNotPerformed,
@@ -65,7 +66,6 @@ from leaseq.worker import (
     WorkerStats,
     run_worker,
 )
-from leaseq.workflows import Chain, Group, Sig, chain, group
 
 __version__ = "0.1.0"
 

@@ -11,16 +11,16 @@ from leaseq import validate as checks
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
 from leaseq.errors import ConfigError, PayloadError
-from leaseq.limits import RateLimit, limit_params, task_limit_key, task_limit_name
-from leaseq.ops.routed import RoutedClient
-from leaseq.ops.routed_async import AsyncRoutedClient
 from leaseq.redact import Redactor, default_redact
 from leaseq.retry import Classifier, ErrorRules, RetryPolicy
-from leaseq.schedule_math import DEFAULT_CATCH_UP_MAX, DEFAULT_GRACE
-from leaseq.schedules import ScheduleDef, schedule_def
+from leaseq.routed import RoutedClient
+from leaseq.routed_async import AsyncRoutedClient
+from leaseq.rules.limits import RateLimit, limit_params, task_limit_key, task_limit_name
+from leaseq.rules.schedule_timing import DEFAULT_CATCH_UP_MAX, DEFAULT_GRACE
+from leaseq.rules.schedules import ScheduleDef, schedule_def
+from leaseq.rules.unique import EnqueueResult
+from leaseq.rules.workflows import SIG_OPTIONS, Sig
 from leaseq.tracing import Tracing
-from leaseq.unique import EnqueueResult
-from leaseq.workflows import SIG_OPTIONS, Sig
 
 if TYPE_CHECKING:
     from leaseq.worker.context import JobContext
@@ -200,7 +200,7 @@ class App:
         unknown) for every task; a task's own ``errors=`` are consulted first. ``tracing``:
         hooks around enqueues and attempts (``leaseq.tracing``; e.g. leaseq[otel]).
         ``queues``: queues on other databases than ``dsn`` (queue -> DSN): tasks enqueue
-        there, and ``leaseq worker`` serves each from its database (``leaseq.routing``)."""
+        there, and ``leaseq worker`` serves each from its database (``leaseq.rules.routing``)."""
         self.dsn = dsn
         #: Queue -> DSN of the queues that live on another database than ``dsn``.
         self.queue_dsns: dict[str, str] = dict(queues or {})

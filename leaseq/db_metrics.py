@@ -16,17 +16,17 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from leaseq.limits import Limit
 from leaseq.metrics import SPECS
 from leaseq.models import QueueStats
-from leaseq.pauses import SCOPES, Pause
+from leaseq.rules.limits import Limit
+from leaseq.rules.pauses import SCOPES, Pause
 
 
 class DatabaseCollector(Collector):
     """Computes the database metrics on each scrape through ``fetch`` (a callable that runs
     the ``queue_stats`` and ``database_health`` statements; the pauses in force, when given,
     as ``extra["pauses"]``, the limits as ``extra["limits"]``, the read replica's
-    :class:`~leaseq.replicas.ReplicaLag` as ``extra["replica_lag"]``)."""
+    :class:`~leaseq.rules.replicas.ReplicaLag` as ``extra["replica_lag"]``)."""
 
     def __init__(self, fetch: Callable[[], tuple[list[QueueStats], dict[str, Any]]]) -> None:
         self._fetch = fetch

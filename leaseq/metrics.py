@@ -30,7 +30,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from leaseq.unique import OUTCOMES
+from leaseq.rules.unique import OUTCOMES
 
 MAX_ERROR_CODES = 50
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)

@@ -17,15 +17,15 @@ from typing import Any, Unpack
 import psycopg
 
 from leaseq import validate
-from leaseq.deps import check_depends_on
 from leaseq.errors import ConfigError
-from leaseq.limits import check_limit_key
 from leaseq.models import Failure, JobFilter, JobSpec, Lease
 from leaseq.redact import Redactor
 from leaseq.retry import ErrorClass, RetryPolicy
 from leaseq.rows import Unclaimable
+from leaseq.rules.deps import check_depends_on
+from leaseq.rules.limits import check_limit_key
+from leaseq.rules.unique import UniqueOptions, check_schedule, unique_options
 from leaseq.states import FailureDecision, JobStatus, decide_failure
-from leaseq.unique import UniqueOptions, check_schedule, unique_options
 
 #: From this many jobs on (without ordering keys), enqueue_many uses COPY.
 COPY_THRESHOLD = 200

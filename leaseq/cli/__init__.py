@@ -7,7 +7,8 @@ stderr and a non-zero exit code, never as a traceback:
 - 0: done; 1: the operation could not be done (database down, job not in that state);
 - 2: bad usage or configuration; 130: interrupted.
 
-The commands live in ``ops`` (operator commands), ``status``, ``pauses``, ``schedules``,
+The commands live in ``admin`` (migrate, prune, sweep, metrics, embedded), ``jobs``
+(enqueue, jobs, dead, replay, cancel, keys), ``status``, ``pauses``, ``schedules``,
 ``limits``, ``workflows`` (batches, waiting jobs), ``worker``, ``demo`` and ``web`` (the
 dashboard); tables in ``render``; shared settings and parameter types in ``settings``. None of them
 imports this module, so the package has no import cycle.
@@ -23,7 +24,7 @@ from typing import NoReturn
 import click
 import psycopg
 
-from leaseq.cli import limits, ops, pauses, workflows
+from leaseq.cli import admin, jobs, limits, pauses, workflows
 from leaseq.cli.demo import demo
 from leaseq.cli.schedules import schedules
 from leaseq.cli.settings import EXIT_FAILED, EXIT_USAGE, Settings
@@ -89,7 +90,8 @@ def cli(ctx: click.Context, /, verbose: int, log_format: str, **_: object) -> No
 
 
 for _command in (
-    *ops.COMMANDS,
+    *admin.COMMANDS,
+    *jobs.COMMANDS,
     *pauses.COMMANDS,
     *limits.COMMANDS,
     *workflows.COMMANDS,

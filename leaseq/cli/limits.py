@@ -11,7 +11,7 @@ import click
 from leaseq.cli.render import age, emit_json, table
 from leaseq.cli.settings import Settings, actor_option, pass_settings
 from leaseq.errors import ConfigError
-from leaseq.limits import Limit, RateLimit
+from leaseq.rules.limits import Limit, RateLimit
 
 
 @click.group()

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from leaseq.models import QueueStats
-from leaseq.pauses import Pause
+from leaseq.rules.pauses import Pause
 
 
 def emit_json(value: Any) -> None:

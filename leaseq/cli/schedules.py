@@ -14,8 +14,8 @@ import click
 from leaseq.cli.render import age, emit_json, table
 from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
 from leaseq.errors import ConfigError
-from leaseq.schedule_math import CATCH_UP_POLICIES, OVERLAP_POLICIES
-from leaseq.schedules import Schedule
+from leaseq.rules.schedule_timing import CATCH_UP_POLICIES, OVERLAP_POLICIES
+from leaseq.rules.schedules import Schedule
 
 
 @click.group()

@@ -19,7 +19,7 @@ from leaseq.cli.render import emit_json, render_status
 from leaseq.cli.settings import Settings, pass_settings
 from leaseq.client import Client
 from leaseq.errors import LeaseqError
-from leaseq.replicas import ReplicaLag, reads_from_line, replica_report, unknown_lag_line
+from leaseq.rules.replicas import ReplicaLag, reads_from_line, replica_report, unknown_lag_line
 
 
 def read_lag(reader: Client) -> tuple[ReplicaLag | None, BaseException | None]:

@@ -1,5 +1,5 @@
 """The CLI's unique-job options (``leaseq enqueue --unique-key ...``) and how a conflict
-and a key's holder are shown. The rules themselves are in ``leaseq.unique``."""
+and a key's holder are shown. The rules themselves are in ``leaseq.rules.unique``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 
 from leaseq.cli.settings import DURATION
 from leaseq.models import UniqueKeyHolder
-from leaseq.unique import FINAL_STATES, LIVE_STATES, ON_CONFLICT, EnqueueResult
+from leaseq.rules.unique import FINAL_STATES, LIVE_STATES, ON_CONFLICT, EnqueueResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 

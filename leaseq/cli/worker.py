@@ -24,7 +24,7 @@ from leaseq import validate
 from leaseq.app import App
 from leaseq.cli.settings import DURATION, DURATION_OR_NEVER, Settings, pass_settings
 from leaseq.errors import ConfigError
-from leaseq.routing import QueueMap
+from leaseq.rules.routing import QueueMap
 from leaseq.worker import QueueSettings, WorkerConfig, run_worker
 from leaseq.worker.databases import run_workers
 from leaseq.worker.runner import exit_code

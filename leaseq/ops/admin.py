@@ -18,12 +18,12 @@ from psycopg import Connection
 from leaseq import validate
 from leaseq.errors import ConfigError, ReplayRefused
 from leaseq.models import JobFilter
-from leaseq.ops.base import ClientBase
+from leaseq.ops.ending import EndingOps
 from leaseq.params import job_filter
-from leaseq.unique import ReplayResult
+from leaseq.rules.unique import ReplayResult
 
 
-class AdminOps(ClientBase):
+class AdminOps(EndingOps):
     def cancel(
         self,
         job_id: int,

@@ -14,12 +14,12 @@ from psycopg import AsyncConnection
 from leaseq import validate
 from leaseq.errors import ConfigError, ReplayRefused
 from leaseq.models import JobFilter
-from leaseq.ops.base_async import AsyncClientBase
+from leaseq.ops.ending_async import AsyncEndingOps
 from leaseq.params import job_filter
-from leaseq.unique import ReplayResult
+from leaseq.rules.unique import ReplayResult
 
 
-class AsyncAdminOps(AsyncClientBase):
+class AsyncAdminOps(AsyncEndingOps):
     async def cancel(
         self,
         job_id: int,

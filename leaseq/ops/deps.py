@@ -3,8 +3,8 @@
 """Job dependencies: storing a job's edges at enqueue (the dependencies locked and checked,
 nothing stored when one is unknown), and reading them back (``jobs show``, metrics). The
 promotion of dependents, run by every transition that ends a job, is in ``base_async``.
-The rules of ``depends_on`` (ids, :class:`~leaseq.deps.Ref`, policies) are in
-``leaseq.deps``.
+The rules of ``depends_on`` (ids, :class:`~leaseq.rules.deps.Ref`, policies) are in
+``leaseq.rules.deps``.
 
 The synchronous twin of ``leaseq/ops/deps_async.py``; see that file for the logic.
 """
@@ -17,16 +17,16 @@ from typing import Any
 from psycopg import Connection
 
 from leaseq import validate
-from leaseq.deps import resolve
 from leaseq.errors import ConfigError
 from leaseq.models import Dependency
-from leaseq.ops.base import ClientBase
+from leaseq.ops.ending import EndingOps
+from leaseq.rules.deps import resolve
 
 #: (job id, queue, task, seconds waiting, the unfinished dependencies it waits for)
 WaitingJob = tuple[int, str, str, float, list[int]]
 
 
-class DepsOps(ClientBase):
+class DepsOps(EndingOps):
     @staticmethod
     def _check_deps(params_list: Sequence[dict[str, Any]]) -> None:
         """Refuse what cannot be stored, before anything is sent."""

@@ -1,8 +1,8 @@
 """Job dependencies: storing a job's edges at enqueue (the dependencies locked and checked,
 nothing stored when one is unknown), and reading them back (``jobs show``, metrics). The
 promotion of dependents, run by every transition that ends a job, is in ``base_async``.
-The rules of ``depends_on`` (ids, :class:`~leaseq.deps.Ref`, policies) are in
-``leaseq.deps``.
+The rules of ``depends_on`` (ids, :class:`~leaseq.rules.deps.Ref`, policies) are in
+``leaseq.rules.deps``.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from leaseq import validate
-from leaseq.deps import resolve
 from leaseq.errors import ConfigError
 from leaseq.models import Dependency
-from leaseq.ops.base_async import AsyncClientBase
+from leaseq.ops.ending_async import AsyncEndingOps
+from leaseq.rules.deps import resolve
 
 #: (job id, queue, task, seconds waiting, the unfinished dependencies it waits for)
 WaitingJob = tuple[int, str, str, float, list[int]]
 
 
-class AsyncDepsOps(AsyncClientBase):
+class AsyncDepsOps(AsyncEndingOps):
     @staticmethod
     def _check_deps(params_list: Sequence[dict[str, Any]]) -> None:
         """Refuse what cannot be stored, before anything is sent."""

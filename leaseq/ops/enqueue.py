@@ -2,7 +2,7 @@
 # change the async source and run `python tools/gen_sync.py`.
 """Enqueue: one job, many jobs (unnested arrays, or COPY from 200 jobs on), inside the
 caller's transaction when given one, and jobs with a unique key (take the key first, then
-resolve a conflict as ``on_conflict`` says; the rules are in ``leaseq.unique``). Checks and
+resolve a conflict as ``on_conflict`` says; the rules are in ``leaseq.rules.unique``). Checks and
 parameters come from ``leaseq.params``.
 
 The synchronous twin of ``leaseq/ops/enqueue_async.py``; see that file for the logic.
@@ -27,8 +27,8 @@ from leaseq.params import (
     job_params,
     unique_params,
 )
+from leaseq.rules.unique import EnqueueResult, holder_state, resolve_conflict
 from leaseq.tracing import Carrier
-from leaseq.unique import EnqueueResult, holder_state, resolve_conflict
 
 #: How often an enqueue tries again when the key's holder changed between its statements.
 UNIQUE_ATTEMPTS = 20

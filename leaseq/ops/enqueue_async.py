@@ -1,6 +1,6 @@
 """Enqueue: one job, many jobs (unnested arrays, or COPY from 200 jobs on), inside the
 caller's transaction when given one, and jobs with a unique key (take the key first, then
-resolve a conflict as ``on_conflict`` says; the rules are in ``leaseq.unique``). Checks and
+resolve a conflict as ``on_conflict`` says; the rules are in ``leaseq.rules.unique``). Checks and
 parameters come from ``leaseq.params``.
 """
 
@@ -23,8 +23,8 @@ from leaseq.params import (
     job_params,
     unique_params,
 )
+from leaseq.rules.unique import EnqueueResult, holder_state, resolve_conflict
 from leaseq.tracing import Carrier
-from leaseq.unique import EnqueueResult, holder_state, resolve_conflict
 
 #: How often an enqueue tries again when the key's holder changed between its statements.
 UNIQUE_ATTEMPTS = 20

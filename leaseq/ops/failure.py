@@ -16,13 +16,13 @@ from psycopg import Connection
 
 from leaseq import validate
 from leaseq.models import Failure, Lease, SweepResult
-from leaseq.ops.base import ClientBase
+from leaseq.ops.ending import EndingOps
 from leaseq.params import coordinated, expire_params, fail_params, fence_arrays, limited_only
 from leaseq.retry import ErrorClass, RetryPolicy
 from leaseq.states import JobStatus
 
 
-class FailureOps(ClientBase):
+class FailureOps(EndingOps):
     def fail_many(
         self, failures: Sequence[Failure], *, connection: Connection[Any] | None = None
     ) -> dict[int, JobStatus]:

@@ -12,13 +12,13 @@ from psycopg import AsyncConnection
 
 from leaseq import validate
 from leaseq.models import Failure, Lease, SweepResult
-from leaseq.ops.base_async import AsyncClientBase
+from leaseq.ops.ending_async import AsyncEndingOps
 from leaseq.params import coordinated, expire_params, fail_params, fence_arrays, limited_only
 from leaseq.retry import ErrorClass, RetryPolicy
 from leaseq.states import JobStatus
 
 
-class AsyncFailureOps(AsyncClientBase):
+class AsyncFailureOps(AsyncEndingOps):
     async def fail_many(
         self, failures: Sequence[Failure], *, connection: AsyncConnection[Any] | None = None
     ) -> dict[int, JobStatus]:

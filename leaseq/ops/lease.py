@@ -18,7 +18,7 @@ from psycopg import Connection
 
 from leaseq import validate
 from leaseq.models import Heartbeat, Lease
-from leaseq.ops.base import ClientBase
+from leaseq.ops.ending import EndingOps
 from leaseq.owners import claim_owner
 from leaseq.params import (
     CAREFUL_SECONDS,
@@ -38,7 +38,7 @@ from leaseq.states import JobStatus
 log = logging.getLogger("leaseq.jobs")
 
 
-class LeaseOps(ClientBase):
+class LeaseOps(EndingOps):
     def claim(
         self,
         queue: str = "default",

@@ -14,7 +14,7 @@ from psycopg import AsyncConnection
 
 from leaseq import validate
 from leaseq.models import Heartbeat, Lease
-from leaseq.ops.base_async import AsyncClientBase
+from leaseq.ops.ending_async import AsyncEndingOps
 from leaseq.owners import claim_owner
 from leaseq.params import (
     CAREFUL_SECONDS,
@@ -34,7 +34,7 @@ from leaseq.states import JobStatus
 log = logging.getLogger("leaseq.jobs")
 
 
-class AsyncLeaseOps(AsyncClientBase):
+class AsyncLeaseOps(AsyncEndingOps):
     async def claim(
         self,
         queue: str = "default",

@@ -14,15 +14,15 @@ from typing import Any
 
 from leaseq import validate
 from leaseq.errors import ConfigError
-from leaseq.limits import (
+from leaseq.ops.base import ClientBase
+from leaseq.rules.limits import (
     Limit,
     RateLimit,
     check_limit_name,
     limit_from_row,
     limit_params,
 )
-from leaseq.ops.base import ClientBase
-from leaseq.pauses import check_actor, check_reason
+from leaseq.rules.pauses import check_actor, check_reason
 
 
 class LimitOps(ClientBase):

@@ -3,7 +3,7 @@
 how long a rate limit holds a queue back.
 
 Limits are rows every claim reads (migration 0011, ``admit()``): a change applies to the
-next claim of every worker. See ``leaseq.limits`` for names and families.
+next claim of every worker. See ``leaseq.rules.limits`` for names and families.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from typing import Any
 
 from leaseq import validate
 from leaseq.errors import ConfigError
-from leaseq.limits import (
+from leaseq.ops.base_async import AsyncClientBase
+from leaseq.rules.limits import (
     Limit,
     RateLimit,
     check_limit_name,
     limit_from_row,
     limit_params,
 )
-from leaseq.ops.base_async import AsyncClientBase
-from leaseq.pauses import check_actor, check_reason
+from leaseq.rules.pauses import check_actor, check_reason
 
 
 class AsyncLimitOps(AsyncClientBase):

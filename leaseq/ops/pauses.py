@@ -16,7 +16,7 @@ from psycopg import Connection
 
 from leaseq import validate
 from leaseq.ops.base import ClientBase
-from leaseq.pauses import (
+from leaseq.rules.pauses import (
     AdminEvent,
     Pause,
     admin_events_from_rows,

@@ -17,7 +17,7 @@ from psycopg import AsyncConnection
 
 from leaseq import validate
 from leaseq.ops.base_async import AsyncClientBase
-from leaseq.pauses import (
+from leaseq.rules.pauses import (
     AdminEvent,
     Pause,
     admin_events_from_rows,

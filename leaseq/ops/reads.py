@@ -18,8 +18,8 @@ from psycopg_pool import ConnectionPool
 
 from leaseq.dsn import describe_dsn
 from leaseq.errors import DatabaseUnavailable
-from leaseq.replicas import ReplicaLag, lag_from_row
 from leaseq.rows import configure_json, tolerate_extremes
+from leaseq.rules.replicas import ReplicaLag, lag_from_row
 from leaseq.sql import Queries
 
 Row = tuple[Any, ...]

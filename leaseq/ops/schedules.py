@@ -2,8 +2,8 @@
 # change the async source and run `python tools/gen_sync.py`.
 """Periodic schedules: the ticker's round (one transaction per due schedule), code schedules
 synced at worker start, and the operator's changes (add, change, enable, disable, remove,
-run now), each audited in ``admin_events``. Tick arithmetic is pure (``leaseq.schedule_math``,
-``leaseq.schedules``); this module only moves rows.
+run now), each audited in ``admin_events``. Tick arithmetic is pure
+(``leaseq.rules.schedule_timing``, ``leaseq.rules.schedules``); this module only moves rows.
 
 The synchronous twin of ``leaseq/ops/schedules_async.py``; see that file for the logic.
 """
@@ -20,7 +20,7 @@ from psycopg import Connection
 from leaseq import validate
 from leaseq.errors import ConfigError
 from leaseq.ops.base import ClientBase
-from leaseq.schedules import (
+from leaseq.rules.schedules import (
     ORDERING_PREFIX,
     Schedule,
     ScheduleDef,

@@ -1,7 +1,7 @@
 """Periodic schedules: the ticker's round (one transaction per due schedule), code schedules
 synced at worker start, and the operator's changes (add, change, enable, disable, remove,
-run now), each audited in ``admin_events``. Tick arithmetic is pure (``leaseq.schedule_math``,
-``leaseq.schedules``); this module only moves rows.
+run now), each audited in ``admin_events``. Tick arithmetic is pure
+(``leaseq.rules.schedule_timing``, ``leaseq.rules.schedules``); this module only moves rows.
 
 The one rule everything here keeps: a schedule's jobs are created only by a transaction
 holding that schedule's row lock, and each through ``tick_job``, whose unique tick row makes
@@ -20,7 +20,7 @@ from psycopg import AsyncConnection
 from leaseq import validate
 from leaseq.errors import ConfigError
 from leaseq.ops.base_async import AsyncClientBase
-from leaseq.schedules import (
+from leaseq.rules.schedules import (
     ORDERING_PREFIX,
     Schedule,
     ScheduleDef,

@@ -22,8 +22,8 @@ from leaseq.models import (
 )
 from leaseq.ops.base_async import AsyncClientBase, Row
 from leaseq.params import job_filter
-from leaseq.pauses import Pause, pauses_from_rows
 from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_from_row
+from leaseq.rules.pauses import Pause, pauses_from_rows
 
 #: How many of the newest jobs the throughput sparkline looks at (a primary-key range).
 THROUGHPUT_WINDOW = 100_000

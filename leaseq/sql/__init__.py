@@ -1,7 +1,9 @@
 """Named SQL statements and migrations, rendered for one schema.
 
-The text lives in ``queries.sql`` and ``migrations/NNNN_name.sql`` so it can be read and
-reviewed as SQL. This module only parses those files and substitutes the schema name.
+The text lives in ``queries/*.sql`` (one file per section, read in name order into one
+namespace: names are unique across the files, fragments are shared by all of them) and
+``migrations/NNNN_name.sql``, so it can be read and reviewed as SQL. This module only
+parses those files, expands fragments and error codes, and substitutes the schema name.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _NAME_RE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION_RE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 _CODE_RE = re.compile(r"\{code:(\w+)\}")
+_FRAGMENT_RE = re.compile(r"\{(_\w+)\}")
 
 
 def check_schema_name(schema: str) -> str:
@@ -41,43 +44,75 @@ def _codes(text: str) -> str:
         try:
             return ErrorCode[m.group(1)].value
         except KeyError:
-            raise RuntimeError(f"queries.sql names unknown error code {m.group(1)}") from None
+            raise RuntimeError(f"the SQL names unknown error code {m.group(1)}") from None
 
     return _CODE_RE.sub(value, text)
 
 
-def _parse_queries(text: str) -> dict[str, str]:
+def _blocks(text: str, source: str) -> dict[str, str]:
+    """The named blocks of one file: name -> text without its comment lines."""
     parts = _NAME_RE.split(_codes(text))
     # parts = [preamble, name1, body1, name2, body2, ...]
-    queries: dict[str, str] = {}
+    blocks: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
-            raise RuntimeError(f"duplicate query name {name} in queries.sql")
+        if name in blocks:
+            raise RuntimeError(f"duplicate query name {name} in {source}")
         statement = "\n".join(
             line for line in body.strip().splitlines() if not line.startswith("--")
         ).strip()
-        queries[name] = statement.rstrip(";")
-    fragments = {name: text for name, text in queries.items() if name.startswith("_")}
-    statements = {}
-    for name, text in queries.items():
-        if name.startswith("_"):
-            continue
-        for fragment, body in fragments.items():
-            text = text.replace("{" + fragment + "}", body)
-        if re.search(r"\{_\w+\}", text):
-            raise RuntimeError(f"statement {name} uses an unknown fragment")
-        statements[name] = text
-    return statements
+        blocks[name] = statement.rstrip(";")
+    return blocks
+
+
+def _expand(name: str, text: str, fragments: dict[str, str], seen: tuple[str, ...]) -> str:
+    """``{_fragment}`` replaced by the fragment's text, fragments inside it too (in any
+    order of definition); an unknown fragment or one that includes itself fails at load."""
+
+    def body(m: re.Match[str]) -> str:
+        fragment = m.group(1)
+        if fragment not in fragments:
+            raise RuntimeError(f"statement {name} uses an unknown fragment {fragment}")
+        if fragment in seen:
+            raise RuntimeError(f"fragment {fragment} includes itself ({' > '.join(seen)})")
+        return _expand(name, fragments[fragment], fragments, (*seen, fragment))
+
+    return _FRAGMENT_RE.sub(body, text)
+
+
+def _parse_queries(files: dict[str, str]) -> dict[str, str]:
+    """The statements of several files (file name -> text), fragments expanded."""
+    blocks: dict[str, str] = {}
+    where: dict[str, str] = {}
+    for source, text in sorted(files.items()):
+        for name, body in _blocks(text, source).items():
+            if name in blocks:
+                raise RuntimeError(f"duplicate query name {name} in {where[name]} and {source}")
+            blocks[name], where[name] = body, source
+    fragments = {name: text for name, text in blocks.items() if name.startswith("_")}
+    return {
+        name: _expand(name, text, fragments, ())
+        for name, text in blocks.items()
+        if not name.startswith("_")
+    }
+
+
+def query_files() -> dict[str, str]:
+    """The text of every file of ``queries/``, by file name."""
+    folder = resources.files("leaseq.sql").joinpath("queries")
+    return {
+        entry.name: entry.read_text("utf-8")
+        for entry in folder.iterdir()
+        if entry.name.endswith(".sql")
+    }
 
 
 @cache
 def _query_texts() -> dict[str, str]:
-    text = resources.files("leaseq.sql").joinpath("queries.sql").read_text("utf-8")
-    return _parse_queries(text)
+    return _parse_queries(query_files())
 
 
 class Queries:
-    """The statements of ``queries.sql`` for one schema, looked up by name."""
+    """The statements of ``queries/*.sql`` for one schema, looked up by name."""
 
     def __init__(self, schema: str) -> None:
         self.schema = check_schema_name(schema)

@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from leaseq.errors import LeaseqError
 from leaseq.models import Job, QueueStats
-from leaseq.replicas import unknown_lag_line
+from leaseq.rules.replicas import unknown_lag_line
 from leaseq.web import forms
 from leaseq.web.context import Web
 

@@ -12,7 +12,7 @@ from leaseq import validate as checks
 from leaseq.codes import ErrorCode
 from leaseq.errors import ConfigError
 from leaseq.models import JobResult, Lease
-from leaseq.schedules import ScheduleTick, parse_tick_key
+from leaseq.rules.schedules import ScheduleTick, parse_tick_key
 from leaseq.worker.aborts import JobAborted, LeaseLost, aborted, lease_lost
 from leaseq.worker.effects import (
     EffectSite,

@@ -1,7 +1,7 @@
 """One worker process serving queues on several databases: one :class:`Worker` per database.
 
 ``leaseq worker --queue-dsn emails=DSN_B`` (or ``App(queues=...)``) puts queues on other
-databases than the app's DSN (``leaseq.routing.QueueMap``). This runs, on one event loop,
+databases than the app's DSN (``leaseq.rules.routing.QueueMap``). This runs, on one event loop,
 one ordinary worker per database with the configured queues that live there: each has its
 own client, leases, sweeper, ticker and LISTEN connection on its database, and the options
 (``--concurrency`` included) apply to each. A signal stops them all; the process exits once
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from leaseq.app import App
 from leaseq.dsn import describe_dsn
 from leaseq.errors import ConfigError, LeaseqError
-from leaseq.routing import QueueMap
+from leaseq.rules.routing import QueueMap
 from leaseq.worker.config import WorkerConfig
 from leaseq.worker.inflight import WorkerStats
 from leaseq.worker.runner import Worker

@@ -22,7 +22,7 @@ from leaseq.app import Task
 from leaseq.codes import ErrorCode
 from leaseq.metrics import WorkerMetrics
 from leaseq.models import Failure, Lease, SweepResult
-from leaseq.schedules import TickRound
+from leaseq.rules.schedules import TickRound
 from leaseq.states import JobStatus
 from leaseq.worker.context import JobContext
 

@@ -30,7 +30,7 @@ from leaseq.client_async import AsyncClient
 from leaseq.codes import ErrorCode
 from leaseq.dsn import describe_dsn
 from leaseq.metrics import UniqueConflictCollector, WorkerMetrics
-from leaseq.observe import ObservabilityServer
+from leaseq.metrics_http import ObservabilityServer
 from leaseq.worker.completer import Completer
 from leaseq.worker.config import WorkerConfig
 from leaseq.worker.executor import Executor

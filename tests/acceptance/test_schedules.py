@@ -16,7 +16,7 @@ import pytest
 
 import leaseq
 from leaseq.params import notify_channel
-from leaseq.schedules import parse_tick_key
+from leaseq.rules.schedules import parse_tick_key
 from leaseq.worker.listener import LISTENER_APPLICATION_NAME
 from tests.support.helpers import rows
 from tests.support.procs import ROOT, WorkerProcess, wait_for

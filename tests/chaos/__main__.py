@@ -12,20 +12,40 @@ figures; exits 1 if an invariant was violated (the message names the seed). The 
 ``--print-schedule`` shows it without running anything.
 
 See tests/chaos/harness.py for what exactly is injected and checked.
+
+The failover run on a real Patroni cluster is the ``failover`` command of the same module:
+
+    python -m tests.chaos failover --jobs 20000 --seed 7 --minutes 10 --async
+
+It starts etcd and Patroni-managed PostgreSQL nodes, worker processes on the multi-host DSN,
+and a seeded schedule of switchovers and hard failovers (kill -9 of the primary's Patroni
+and postmaster), in asynchronous (default) or Patroni's synchronous mode; prints one line
+``failover: jobs=… lost=… stale_success=… double_effects=… duplicates=… reappeared=…
+failovers=…`` and exits 1 if an invariant broke (tests/chaos/failover.py has the harness
+and the exact definitions).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import pathlib
 import random
 import sys
 
+from tests.chaos.failover import FailoverConfig, run_failover
 from tests.chaos.harness import ChaosConfig, fingerprint, run_chaos
+
+FAILOVER_DOC = "The failover chaos run on a real Patroni cluster (python -m tests.chaos failover)."
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["failover"]:
+        return failover_main(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.chaos", description=(__doc__ or "").split("\n\n")[0]
+    )
     parser.add_argument("--seed", type=int, default=None, help="default: a random one, printed")
     parser.add_argument("--jobs", type=int, default=20000)
     window = parser.add_mutually_exclusive_group()
@@ -82,6 +102,52 @@ def main(argv: list[str] | None = None) -> int:
         failed = ", ".join(k for k, v in report.violations.items() if v)
         print(f"INVARIANTS VIOLATED with seed={config.seed}: {failed}", file=sys.stderr)
         print(f"reproduce with: {config.command()}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def failover_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.chaos failover", description=FAILOVER_DOC.split("\n\n")[0]
+    )
+    parser.add_argument("--jobs", type=int, default=5000, help="jobs enqueued in all")
+    parser.add_argument("--seed", type=int, default=None, help="default: a random one, printed")
+    window = parser.add_mutually_exclusive_group()
+    window.add_argument("--minutes", type=float, default=None, help="window (default 2)")
+    window.add_argument("--seconds", type=float, default=None, help="window, in seconds")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--sync", dest="sync", action="store_true", help="synchronous_mode")
+    mode.add_argument("--async", dest="sync", action="store_false", help="asynchronous (default)")
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=8, help="per worker process")
+    parser.add_argument("--lease", type=float, default=4.0, help="lease seconds")
+    parser.add_argument("--drain-timeout", type=float, default=180.0)
+    parser.add_argument("--keep", action="store_true", help="keep logs even when all is well")
+    parser.add_argument("--verbose", "-v", action="store_true", help="print each failover")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    seconds = args.seconds if args.seconds is not None else (args.minutes or 2.0) * 60
+    config = FailoverConfig(
+        seed=args.seed if args.seed is not None else random.SystemRandom().randrange(2**31),
+        jobs=args.jobs,
+        seconds=seconds,
+        synchronous=args.sync,
+        workers=args.workers,
+        concurrency=args.concurrency,
+        lease=args.lease,
+        drain_timeout=args.drain_timeout,
+        keep=args.keep,
+        verbose=args.verbose,
+    )
+    # The enqueuer's pool logs every failed reconnect while no primary is up: noise here.
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+    report = run_failover(config, lambda line: print(line, flush=True))
+    if not report.ok:
+        broken = ", ".join(name for name, items in report.violations.items() if items)
+        print(
+            f"failover: INVARIANTS VIOLATED ({broken}); replay: {config.command()}", file=sys.stderr
+        )
         return 1
     return 0
 

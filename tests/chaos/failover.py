@@ -108,7 +108,7 @@ class FailoverConfig:
     def command(self) -> str:
         mode = "--sync" if self.synchronous else "--async"
         return (
-            f"python tools/failover.py --jobs {self.jobs} --seed {self.seed} "
+            f"python -m tests.chaos failover --jobs {self.jobs} --seed {self.seed} "
             f"--seconds {self.seconds:g} {mode}"
         )
 

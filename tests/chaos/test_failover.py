@@ -1,6 +1,6 @@
 """The failover chaos run (tests/chaos/failover.py), bounded for CI: a real Patroni cluster, in
 asynchronous and in synchronous mode, a switchover and a hard failover under load; then the
-HA invariants. Longer runs by hand: ``python tools/failover.py --minutes 10 --sync``.
+HA invariants. Longer runs by hand: ``python -m tests.chaos failover --minutes 10 --sync``.
 
 The checker itself is tested first, on made-up rows: each invariant it must catch.
 """

@@ -18,7 +18,7 @@ from psycopg import sql
 import leaseq
 from leaseq import ConfigError, JobStatus
 from leaseq.db_metrics import database_registry
-from leaseq.pauses import SCOPES
+from leaseq.rules.pauses import SCOPES
 from leaseq.worker.listener import LISTENER_APPLICATION_NAME
 from tests.support.helpers import rows
 

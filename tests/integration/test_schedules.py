@@ -17,8 +17,8 @@ import pytest
 
 import leaseq
 from leaseq.errors import ConfigError
-from leaseq.schedule_math import Timing
-from leaseq.schedules import parse_tick_key
+from leaseq.rules.schedule_timing import Timing
+from leaseq.rules.schedules import parse_tick_key
 from tests.support.helpers import rows, run_sql
 
 UTC = dt.UTC

@@ -1,4 +1,4 @@
-"""The pure rules of limits (leaseq.limits, App task options): names, families, rates,
+"""The pure rules of limits (leaseq.rules.limits, App task options): names, families, rates,
 the limit key a task computes at enqueue. Bad input is refused before anything is sent."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 import leaseq
 from leaseq import ConfigError, PayloadError, RateLimit
-from leaseq.limits import check_limit_key, check_limit_name, limit_params, task_limit_name
+from leaseq.rules.limits import check_limit_key, check_limit_name, limit_params, task_limit_name
 
 
 @pytest.mark.parametrize("name", ["queue:q", "task:app.send", "key:c-42", "key:customer:*"])

@@ -11,14 +11,14 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from leaseq.observe import ObservabilityServer
+from leaseq.metrics_http import ObservabilityServer
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 
 def test_importing_leaseq_leaves_created_series_on_for_the_host_app() -> None:
     program = (
-        "import leaseq, leaseq.metrics, leaseq.observe, leaseq.cli, leaseq.worker\n"
+        "import leaseq, leaseq.metrics, leaseq.metrics_http, leaseq.cli, leaseq.worker\n"
         "from prometheus_client import CollectorRegistry, Counter, generate_latest\n"
         "registry = CollectorRegistry()\n"
         "Counter('host_requests', 'the host app', registry=registry).inc()\n"

@@ -7,7 +7,7 @@ the report keeps the read DSN, without its password, and says why in one line.
 
 from __future__ import annotations
 
-from leaseq.replicas import ReplicaLag, lag_from_row, reads_from_line, replica_report
+from leaseq.rules.replicas import ReplicaLag, lag_from_row, reads_from_line, replica_report
 
 READ_DSN = "host=db-standby port=5433 dbname=app user=ro password=s3cret"
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from leaseq.errors import ConfigError
-from leaseq.schedule_math import ON_TIME, Timing, due
+from leaseq.rules.schedule_timing import ON_TIME, Timing, due
 
 
 def utc(*args: int) -> datetime:

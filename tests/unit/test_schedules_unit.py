@@ -11,8 +11,8 @@ from leaseq.app import App
 from leaseq.cli import cli
 from leaseq.cli.worker import config_from_options
 from leaseq.errors import ConfigError
-from leaseq.schedule_math import Timing
-from leaseq.schedules import ScheduleTick, changed, parse_tick_key, schedule_def, tick_key
+from leaseq.rules.schedule_timing import Timing
+from leaseq.rules.schedules import ScheduleTick, changed, parse_tick_key, schedule_def, tick_key
 from leaseq.worker import QueueSettings
 
 WHEN = dt.datetime(2026, 10, 25, 0, 30, tzinfo=dt.UTC)

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from leaseq.errors import ConfigError
-from leaseq.sql import Queries, check_schema_name, latest_version, migrations
+from leaseq.sql import (
+    Queries,
+    _parse_queries,
+    check_schema_name,
+    latest_version,
+    migrations,
+    query_files,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,3 +56,40 @@ def test_generated_sync_client_is_up_to_date() -> None:
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+#: The most lines a file of ``leaseq/sql/queries/`` may have (issue 27: one section each).
+MAX_SQL_FILE_LINES = 300
+
+
+def test_each_sql_section_stays_short() -> None:
+    sizes = {name: text.count("\n") for name, text in query_files().items()}
+    assert len(sizes) >= 10, sizes
+    assert {n: s for n, s in sizes.items() if s > MAX_SQL_FILE_LINES} == {}
+
+
+def test_a_name_used_in_two_files_is_refused_naming_both() -> None:
+    files = {"a.sql": "-- name: x\nSELECT 1;\n", "b.sql": "-- name: x\nSELECT 2;\n"}
+    with pytest.raises(RuntimeError, match=r"duplicate query name x in a\.sql and b\.sql"):
+        _parse_queries(files)
+
+
+def test_fragments_are_shared_across_files_in_any_order() -> None:
+    files = {
+        "a.sql": "-- name: uses\nSELECT {_outer};\n",
+        "b.sql": "-- name: _outer\n{_inner} + 1\n",
+        "c.sql": "-- name: _inner\n41\n",
+    }
+    assert _parse_queries(files) == {"uses": "SELECT 41 + 1"}
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"a.sql": "-- name: s\nSELECT {_nope}\n"}, "unknown fragment _nope"),
+        ({"a.sql": "-- name: s\nSELECT {_a}\n-- name: _a\n{_a}\n"}, "includes itself"),
+    ],
+)
+def test_a_bad_fragment_fails_at_load(files: dict[str, str], message: str) -> None:
+    with pytest.raises(RuntimeError, match=message):
+        _parse_queries(files)

@@ -1,21 +1,21 @@
 """The transition table against the SQL that writes the trail: every event name a statement
-in queries.sql stores is in ``states.TRANSITIONS`` (and every recorded event of the table is
+in leaseq/sql/queries/ stores is in ``states.TRANSITIONS`` (and every recorded event of the table is
 written somewhere), so the oracle of the stateful test cannot drift from the code again."""
 
 from __future__ import annotations
 
 import re
-from importlib import resources
 
 import pytest
 
+from leaseq.sql import query_files
 from leaseq.states import EVENTS, TRANSITIONS, UNRECORDED_EVENTS, JobStatus, allowed
 
 _INSERT = "INSERT INTO {schema}.job_events"
 
 
 def _queries_sql() -> str:
-    return resources.files("leaseq.sql").joinpath("queries.sql").read_text("utf-8")
+    return "\n".join(text for _, text in sorted(query_files().items()))
 
 
 def _top_level(text: str, start: int, stop_word: str | None = None) -> tuple[list[str], int]:
@@ -68,7 +68,7 @@ def _event_names(expr: str) -> set[str]:
 
 
 def _written_events() -> tuple[set[str], list[tuple[str, str, str | None]]]:
-    """Every event name queries.sql writes, and the (event, from, to) of rows whose three
+    """Every event name the statements write, and the (event, from, to) of rows whose three
     values are all literals."""
     text = _queries_sql()
     names: set[str] = set()

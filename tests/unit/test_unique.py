@@ -1,4 +1,4 @@
-"""The pure rules of unique jobs (leaseq.unique), without a database: which options are
+"""The pure rules of unique jobs (leaseq.rules.unique), without a database: which options are
 accepted, what a conflict resolves to, and that an EnqueueResult still is the job id."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from leaseq.errors import ConfigError
 from leaseq.params import job_fields, job_params
-from leaseq.unique import (
+from leaseq.rules.unique import (
     DEFAULT_WINDOW_STATES,
     LIVE_STATES,
     EnqueueResult,

@@ -4,7 +4,7 @@ A :class:`QueueMap` sends named queues to their own PostgreSQL (``{"emails": dsn
 every other queue to the default DSN (``default=``; None: ``LEASEQ_DSN``, as a client
 without a DSN). Each database is an ordinary leaseq database, migrated on its own; a job,
 its id, its dependencies, its batch, its unique key and its limits live in the database
-of its queue. ``leaseq.ops.routed_async`` routes a client's calls by this map, and
+of its queue. ``leaseq.routed_async`` routes a client's calls by this map, and
 ``leaseq worker --queue-dsn QUEUE=DSN`` runs one worker per database in one process.
 
 Whatever would have to span databases is refused before anything is stored:
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from leaseq import validate
-from leaseq.deps import Dep
 from leaseq.dsn import describe_dsn
 from leaseq.errors import ConfigError
-from leaseq.unique import EnqueueResult
+from leaseq.rules.deps import Dep
+from leaseq.rules.unique import EnqueueResult
 
 
 class QueueMap:

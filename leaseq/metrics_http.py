@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from leaseq.errors import ConfigError
 
-log = logging.getLogger("leaseq.observe")
+log = logging.getLogger("leaseq.metrics_http")
 
 
 class ObservabilityServer:

@@ -1,6 +1,6 @@
 """Pure: signatures (a task with its payload and options: ``task.sig(payload)``), and the
 chains and groups built from them, turned into ``enqueue_many`` items that refer to each
-other with :class:`~leaseq.deps.Ref` (so a whole workflow is stored by one call, in one
+other with :class:`~leaseq.rules.deps.Ref` (so a whole workflow is stored by one call, in one
 transaction). Also the checked job spec a batch keeps for each callback.
 
 ``chain(a, b, c)``: b waits for a, c for b. ``group(a, b)``: a and b independent. A group
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leaseq import validate
-from leaseq.deps import Ref
 from leaseq.errors import ConfigError
+from leaseq.rules.deps import Ref
 
 #: enqueue options a signature may carry (besides depends_on, which the flow decides).
 SIG_OPTIONS = frozenset(

@@ -18,7 +18,7 @@ from typing import Any
 from leaseq import validate
 from leaseq.errors import ConfigError
 from leaseq.rows import json_loads
-from leaseq.schedule_math import (
+from leaseq.rules.schedule_timing import (
     DEFAULT_CATCH_UP_MAX,
     DEFAULT_GRACE,
     Due,

@@ -1,0 +1,69 @@
+-- Reading jobs, their trail and the queues' health (leaseq.ops.inspect_async).
+
+
+-- name: get_job
+-- The payload as text: the client decodes it, and shows a row it cannot decode (leaseq.rows).
+SELECT id, queue_name, task, payload::text, status::text, priority, available_at, attempt_count,
+       max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
+       last_error_detail, created_at, started_at, heartbeat_at, finished_at,
+       cancel_requested_at, payload_version, last_error_class, unknown_failures,
+       idempotency_key, unique_key
+FROM {schema}.jobs
+WHERE id = %(id)s;
+
+-- name: list_jobs
+-- Operator listing (dead list, inspection), newest first.
+SELECT id, queue_name, task, payload::text, status::text, priority, available_at, attempt_count,
+       max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
+       last_error_detail, created_at, started_at, heartbeat_at, finished_at,
+       cancel_requested_at, payload_version, last_error_class, unknown_failures,
+       idempotency_key, unique_key
+FROM {schema}.jobs
+WHERE {_job_filter}
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_events
+SELECT id, job_id, at, event, from_status::text, to_status::text, actor, lease_token,
+       attempt, error_code, detail, error_class
+FROM {schema}.job_events
+WHERE job_id = %(id)s
+ORDER BY id;
+
+-- name: queues_have_work
+-- Drain mode's stop test: both partial indexes answer it without touching history.
+SELECT EXISTS (
+  SELECT 1 FROM {schema}.jobs
+  WHERE status = 'pending' AND queue_name = ANY(%(queues)s::text[])
+) OR EXISTS (
+  SELECT 1 FROM {schema}.jobs
+  WHERE status = 'running' AND queue_name = ANY(%(queues)s::text[])
+);
+
+-- name: queue_stats
+-- Per-queue health from the view (partial indexes only: cheap on any history).
+SELECT queue_name, ready, scheduled, running, dead, oldest_ready_age, oldest_dead_age,
+       near_expiry
+FROM {schema}.queue_stats
+ORDER BY queue_name;
+
+-- name: recent_throughput
+-- Jobs finished per queue in the last %(seconds)s seconds. This one scans finished rows
+-- (there is no index on finished_at, to keep completions cheap): for humans, not scrapes.
+SELECT queue_name, count(*)
+FROM {schema}.jobs
+WHERE status IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > now() - make_interval(secs => %(seconds)s)
+GROUP BY queue_name;
+
+-- name: database_health
+-- The rest of the database metrics: leases waiting for a sweep (running partial index),
+-- and what pg_stat_activity says about leaseq's own connections.
+SELECT
+  (SELECT count(*) FROM {schema}.jobs
+    WHERE status = 'running' AND lease_expires_at <= now()),
+  (SELECT count(*) FROM pg_stat_activity
+    WHERE wait_event_type = 'Lock' AND left(application_name, 6) = 'leaseq'),
+  (SELECT coalesce(json_object_agg(application_name, n), '{}'::json)
+     FROM (SELECT application_name, count(*) AS n FROM pg_stat_activity
+           WHERE left(application_name, 6) = 'leaseq' GROUP BY application_name) AS c);

@@ -1,0 +1,93 @@
+-- Leases given back at shutdown and leases that expired (leaseq.ops.failure_async).
+
+
+-- name: release_jobs
+-- Gives back leases whose handler never started (shutdown): the attempt is not charged
+-- and available_at is kept, so the job keeps its place in line. Its limit slots go too.
+WITH upd AS (
+  UPDATE {schema}.jobs AS j
+  SET status = 'pending',
+      attempt_count = j.attempt_count - 1,
+      lease_owner = NULL,
+      lease_expires_at = NULL,
+      queue_slot = NULL
+  FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[]) AS l(id, owner, token)
+  WHERE j.id = l.id
+    AND j.status = 'running'
+    AND j.lease_owner = l.owner
+    AND j.lease_token = l.token
+    AND j.lease_expires_at > now()
+  RETURNING j.id, j.lease_token, j.attempt_count, l.owner, {_queue_wake}
+), {_slots_release}
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt)
+SELECT id, 'released', 'running', 'pending', owner, lease_token, attempt_count
+FROM upd
+RETURNING job_id;
+
+-- name: lock_expired_leases
+-- First half of the sweep: lock a bounded batch of expired leases. SKIP LOCKED lets
+-- several sweepers run at once without waiting on each other or taking the same row.
+-- A created_at that is not finite gives no age (NULL) rather than an error.
+SELECT id, lease_token, task, attempt_count, max_attempts, unknown_failures,
+       CASE WHEN isfinite(created_at) THEN extract(epoch FROM now() - created_at)::float8 END,
+       ordering_key
+FROM {schema}.jobs
+WHERE status = 'running'
+  AND lease_expires_at <= now()
+ORDER BY lease_expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: expire_leases
+-- Second half of the sweep, same transaction: apply the per-job decisions made in Python
+-- by the retry policy (a cancel request turns a retry into cancelled, as in fail_jobs).
+-- Still fenced by token and "expired", so it only touches rows the first half locked.
+-- Unique keys as in fail_keyed_jobs: a superseded job is not requeued (cancelled,
+-- SUPERSEDED), and a job that ends lets its key go or keeps it as a window. The expired
+-- leases' limit slots are freed here (_slots_release): a crashed worker's slots come back
+-- with the sweep that ends its leases.
+WITH d0 AS (
+  SELECT *
+  FROM unnest(
+    %(ids)s::bigint[], %(tokens)s::bigint[], %(to_statuses)s::text[], %(delays)s::float8[],
+    %(reasons)s::text[]
+  ) AS d(id, token, to_status, delay, reason)
+), {_unique_superseded}, d AS (
+  SELECT d0.id, d0.token, d0.delay,
+         coalesce(s.superseded AND d0.to_status = 'pending', false) AS superseded,
+         CASE WHEN s.superseded AND d0.to_status = 'pending' THEN 'cancelled'
+              ELSE d0.to_status END AS to_status,
+         CASE WHEN s.superseded AND d0.to_status = 'pending'
+              THEN 'superseded: its unique key moved to job '
+                   || coalesce(s.holder::text, '(none)') || ', not retried'
+              ELSE d0.reason END AS reason
+  FROM d0 LEFT JOIN sup AS s ON s.id = d0.id
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET {_attempt_ended},
+      last_error_code = CASE WHEN d.superseded THEN '{code:SUPERSEDED}'
+                             ELSE '{code:LEASE_EXPIRED}' END,
+      last_error_class = 'transient',
+      last_error_detail = 'lease of ' || j.lease_owner || ' expired at ' || j.lease_expires_at
+  FROM d
+  WHERE j.id = d.id
+    AND j.status = 'running'
+    AND j.lease_token = d.token
+    AND j.lease_expires_at <= now()
+  RETURNING j.id, j.status, j.lease_token, j.attempt_count, j.last_error_detail, d.reason,
+            d.superseded, j.cancel_requested_at IS NOT NULL AS cancel_asked,
+            j.unique_key, j.unique_for, j.unique_states, {_queue_wake}
+), fin AS (
+  SELECT * FROM upd WHERE unique_key IS NOT NULL AND status <> 'pending'
+), {_unique_release}, {_slots_release}
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
+   error_class, detail)
+SELECT id, 'lease_expired', 'running', status, %(actor)s, lease_token, attempt_count,
+       CASE WHEN superseded THEN '{code:SUPERSEDED}' ELSE '{code:LEASE_EXPIRED}' END,
+       'transient',
+       CASE WHEN status = 'cancelled' AND cancel_asked THEN 'cancel requested' ELSE reason END
+         || ': ' || last_error_detail
+FROM upd
+RETURNING job_id, to_status::text;

@@ -1,0 +1,63 @@
+-- The web dashboard (leaseq.ops.web_async, leaseq.web). Every statement here runs in a
+-- transaction that began with web_statement_timeout, and returns a bounded number of rows.
+
+
+-- name: web_statement_timeout
+-- SET LOCAL takes no parameters; set_config(..., true) is the same, scoped to the
+-- transaction, so a slow page is cancelled by the server instead of piling up. Custom
+-- plans only: a generic plan of "x IS NULL OR col = x" filters cannot prove a partial
+-- index's predicate (status = 'dead'), and the dashboard's few reads plan in microseconds.
+SELECT set_config('statement_timeout', %(ms)s, true),
+       set_config('plan_cache_mode', 'force_custom_plan', true);
+
+-- name: web_queue_stats
+-- The queue_stats view (partial indexes only since migration 14), bounded for a page.
+SELECT queue_name, ready, scheduled, running, dead, oldest_ready_age, oldest_dead_age,
+       near_expiry
+FROM {schema}.queue_stats
+ORDER BY queue_name
+LIMIT 1000;
+
+-- name: web_throughput
+-- Jobs finished per queue and minute over the last hour, among the newest %(window)s jobs
+-- only (a primary-key range): there is no index on finished_at (completions stay cheap),
+-- so the count is capped rather than a scan of all history. minute 0 is the current one.
+SELECT queue_name,
+       least(59, floor(extract(epoch FROM now() - finished_at) / 60))::int AS minute,
+       count(*)
+FROM {schema}.jobs
+WHERE id > (SELECT coalesce(max(id), 0) FROM {schema}.jobs) - %(window)s
+  AND status IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > now() - interval '1 hour'
+GROUP BY 1, 2;
+
+-- name: web_jobs
+-- The job list: newest first, keyset-paginated by id (%(before)s: the last id of the
+-- previous page). Walks the primary key backwards and stops at LIMIT, so the default page
+-- reads a few index entries; a narrow filter reads more of them, bounded by the timeout.
+SELECT id, queue_name, task, payload::text, status::text, priority, available_at, attempt_count,
+       max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
+       last_error_detail, created_at, started_at, heartbeat_at, finished_at,
+       cancel_requested_at, payload_version, last_error_class, unknown_failures,
+       idempotency_key, unique_key
+FROM {schema}.jobs
+WHERE (%(statuses)s::{schema}.job_status[] IS NULL OR status = ANY(%(statuses)s))
+  AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+  AND (%(ordering_key)s::text IS NULL OR ordering_key = %(ordering_key)s)
+  AND (%(unique_key)s::text IS NULL OR unique_key = %(unique_key)s)
+  AND (%(payload)s::jsonb IS NULL OR payload @> %(payload)s::jsonb)
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: web_count_dead
+-- The dry run of a bulk replay or purge: how many dead jobs the filter matches, counted
+-- up to %(cap)s (the dead partial index; the page says "cap+" beyond it).
+SELECT count(*) FROM (
+  SELECT 1 FROM {schema}.jobs WHERE {_job_filter} LIMIT %(cap)s
+) AS capped;
+
+-- name: web_job_ordering_key
+SELECT ordering_key FROM {schema}.jobs WHERE id = %(id)s;
