@@ -27,6 +27,7 @@ from leaseq.errors import (
     SchemaError,
     UniqueConflict,
 )
+from leaseq.jobspec import EnqueueOptions, JobSpec
 from leaseq.models import (
     Dependency,
     EffectRecord,
@@ -35,7 +36,6 @@ from leaseq.models import (
     Job,
     JobEvent,
     JobResult,
-    JobSpec,
     Lease,
     QueueStats,
     SweepResult,
@@ -50,7 +50,6 @@ from leaseq.rules.replicas import ReplicaLag
 from leaseq.rules.routing import QueueMap, RoutedResult
 from leaseq.rules.schedules import Schedule, ScheduleTick
 from leaseq.rules.unique import EnqueueResult, ReplayResult
-from leaseq.rules.workflows import Chain, Group, Sig, chain, group
 from leaseq.states import JobStatus
 from leaseq.worker import (
     EffectDecision,
@@ -66,6 +65,7 @@ from leaseq.worker import (
     WorkerStats,
     run_worker,
 )
+from leaseq.workflows import Chain, Group, Sig, chain, group
 
 __version__ = "0.1.0"
 
@@ -85,6 +85,7 @@ __all__ = [
     "EffectNotPerformed",
     "EffectRecord",
     "EmbeddedError",
+    "EnqueueOptions",
     "EnqueueResult",
     "Failure",
     "FencedTransaction",

@@ -11,6 +11,7 @@ from leaseq import validate as checks
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
 from leaseq.errors import ConfigError, PayloadError
+from leaseq.jobspec import DEFAULTS, SIG_OPTIONS, EnqueueOptions, unknown_options
 from leaseq.redact import Redactor, default_redact
 from leaseq.retry import Classifier, ErrorRules, RetryPolicy
 from leaseq.routed import RoutedClient
@@ -19,8 +20,8 @@ from leaseq.rules.limits import RateLimit, limit_params, task_limit_key, task_li
 from leaseq.rules.schedule_timing import DEFAULT_CATCH_UP_MAX, DEFAULT_GRACE
 from leaseq.rules.schedules import ScheduleDef, schedule_def
 from leaseq.rules.unique import EnqueueResult
-from leaseq.rules.workflows import SIG_OPTIONS, Sig
 from leaseq.tracing import Tracing
+from leaseq.workflows import Sig
 
 if TYPE_CHECKING:
     from leaseq.worker.context import JobContext
@@ -35,8 +36,8 @@ RENEW_POLICIES = ("progress", "alive")
 
 
 class TaskOptions(TypedDict, total=False):
-    """The options ``@app.task(...)`` accepts besides ``name``: declared once here, with their
-    defaults and checks in ``Task.__init__`` (see ``App.task`` for what each means)."""
+    """The options ``@app.task(...)`` accepts besides ``name`` (see ``App.task`` for what
+    each means); their defaults are :data:`TASK_DEFAULTS`, their checks ``Task.__init__``."""
 
     queue: str
     max_attempts: int
@@ -61,67 +62,76 @@ RESULT_TTL = 7 * 86400.0
 #: The largest stored result by default, in bytes of JSON.
 RESULT_LIMIT = 1 << 20
 
+#: Every task option's default: a job's defaults (queue, priority, attempts) are the
+#: job options' own (``leaseq.jobspec``), so a task without options enqueues what a bare
+#: ``enqueue`` would.
+TASK_DEFAULTS: dict[str, Any] = {
+    "queue": DEFAULTS["queue"],
+    "max_attempts": DEFAULTS["max_attempts"],
+    "priority": DEFAULTS["priority"],
+    "max_runtime": None,
+    "renew": "progress",
+    "retry": None,
+    "errors": None,
+    "payload_versions": None,
+    "validate": None,
+    "reconcile": None,
+    "concurrency": None,
+    "concurrency_key": None,
+    "rate_limit": None,
+    "store_result": False,
+    "result_ttl": RESULT_TTL,
+    "result_limit": RESULT_LIMIT,
+}
+
 
 class Task:
     """A registered handler. Call ``enqueue`` to schedule it; the worker calls the handler
     as ``fn(ctx, payload)`` (sync handlers in a thread, async ones on the event loop)."""
 
-    def __init__(
-        self,
-        app: App,
-        fn: Handler,
-        *,
-        name: str,
-        queue: str = "default",
-        max_attempts: int = 8,
-        priority: int = 0,
-        max_runtime: float | None = None,
-        renew: str = "progress",
-        retry: RetryPolicy | None = None,
-        errors: ErrorRules | None = None,
-        payload_versions: Iterable[int] | None = None,
-        validate: Callable[[Any], Any] | None = None,
-        reconcile: Mapping[str, Reconciler] | None = None,
-        concurrency: int | None = None,
-        concurrency_key: str | Callable[[Any], Any] | None = None,
-        rate_limit: RateLimit | None = None,
-        store_result: bool = False,
-        result_ttl: float | dt.timedelta = RESULT_TTL,
-        result_limit: int = RESULT_LIMIT,
-    ) -> None:
+    def __init__(self, app: App, fn: Handler, *, name: str, **options: Unpack[TaskOptions]) -> None:
+        unknown = options.keys() - TASK_DEFAULTS.keys()
+        if unknown:
+            raise ConfigError(f"unknown task option(s): {', '.join(sorted(map(repr, unknown)))}")
+        o: dict[str, Any] = {**TASK_DEFAULTS, **options}
         self.app = app
         self.fn = fn
         self.name = checks.check_name("task", name)
-        self.queue = checks.check_name("queue", queue)
-        self.max_attempts = checks.check_max_attempts(max_attempts)
-        self.priority = checks.check_priority(priority)
+        self.queue = checks.check_name("queue", o["queue"])
+        self.max_attempts = checks.check_max_attempts(o["max_attempts"])
+        self.priority = checks.check_priority(o["priority"])
+        max_runtime = o["max_runtime"]
         self.max_runtime = (
             None
             if max_runtime is None
             else checks.check_positive_seconds("max_runtime", max_runtime)
         )
+        renew = o["renew"]
         if renew not in RENEW_POLICIES:
             raise ConfigError(f"renew must be one of {', '.join(RENEW_POLICIES)}, got {renew!r}")
-        self.renew = renew
-        self.retry = retry
-        self.classifier = Classifier.build(errors, app.error_rules)
+        self.renew: str = renew
+        self.retry: RetryPolicy | None = o["retry"]
+        self.classifier = Classifier.build(o["errors"], app.error_rules)
+        payload_versions = o["payload_versions"]
         self.payload_versions = None if payload_versions is None else frozenset(payload_versions)
         if self.payload_versions is not None and not self.payload_versions:
             raise ConfigError(f"task {name!r}: payload_versions must not be empty")
-        self.validate = validate
-        self.reconcile = dict(reconcile or {})
+        self.validate: Callable[[Any], Any] | None = o["validate"]
+        self.reconcile: dict[str, Reconciler] = dict(o["reconcile"] or {})
         for effect_name, hook in self.reconcile.items():
             checks.check_name("effect", effect_name)
             if not callable(hook):
                 raise ConfigError(f"reconcile hook for {effect_name!r} is not callable")
         self.is_async = inspect.iscoroutinefunction(fn)
+        concurrency_key = o["concurrency_key"]
         if concurrency_key is not None and not (
             callable(concurrency_key) or isinstance(concurrency_key, str)
         ):
             raise ConfigError(f"task {name!r}: concurrency_key is a payload field or a callable")
-        self.concurrency_key = concurrency_key
+        self.concurrency_key: str | Callable[[Any], Any] | None = concurrency_key
         #: The limit this task declares (set by each worker at start), or None.
         self.limit: tuple[str, int | None, RateLimit | None] | None = None
+        concurrency, rate_limit = o["concurrency"], o["rate_limit"]
         if concurrency is not None or rate_limit is not None:
             limit_name = task_limit_name(self.name, keyed=concurrency_key is not None)
             limit_params(limit_name, concurrency, rate_limit, None, None)  # check it now
@@ -129,10 +139,11 @@ class Task:
         elif concurrency_key is not None:
             raise ConfigError(f"task {name!r}: concurrency_key needs concurrency or rate_limit")
         #: The handler's return value is stored by its completion (see docs/results.md).
-        self.store_result = bool(store_result)
+        self.store_result = bool(o["store_result"])
+        result_ttl = o["result_ttl"]
         ttl = result_ttl.total_seconds() if isinstance(result_ttl, dt.timedelta) else result_ttl
         self.result_ttl = checks.check_positive_seconds("result_ttl", ttl, 10 * 365 * 86400.0)
-        self.result_limit = checks.check_int("result_limit", result_limit, 2, 256 << 20)
+        self.result_limit = checks.check_int("result_limit", o["result_limit"], 2, 256 << 20)
 
     def __call__(self, ctx: JobContext, payload: Any) -> Any:
         return self.fn(ctx, payload)
@@ -140,7 +151,7 @@ class Task:
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
 
-    def _options(self, payload: Any, options: dict[str, Any]) -> dict[str, Any]:
+    def _options(self, payload: Any, options: EnqueueOptions) -> dict[str, Any]:
         merged = {"queue": self.queue, "max_attempts": self.max_attempts, "priority": self.priority}
         if self.payload_versions is not None:
             merged["payload_version"] = max(self.payload_versions)
@@ -148,6 +159,7 @@ class Task:
             key = self.concurrency_key
             value = key(payload) if callable(key) else _field(payload, key)
             merged["limit_key"] = task_limit_key(self.name, value)
+        unknown_options(options)
         merged.update(options)
         if self.validate is not None:
             # Refuse at enqueue what the worker would refuse anyway, while the caller is here.
@@ -157,18 +169,20 @@ class Task:
                 raise PayloadError(f"invalid payload for task {self.name}: {exc}") from None
         return merged
 
-    def enqueue(self, payload: Any = None, **options: Any) -> EnqueueResult:
+    def enqueue(self, payload: Any = None, **options: Unpack[EnqueueOptions]) -> EnqueueResult:
         """Enqueue this task through the app's sync client; options as in ``Client.enqueue``.
         With ``App(queues=...)``, on the database of the job's queue."""
         client: Client | RoutedClient = self.app.router or self.app.client
         return client.enqueue(self.name, payload, **self._options(payload, options))
 
-    async def enqueue_async(self, payload: Any = None, **options: Any) -> EnqueueResult:
+    async def enqueue_async(
+        self, payload: Any = None, **options: Unpack[EnqueueOptions]
+    ) -> EnqueueResult:
         """Enqueue through the app's async client; options as in ``AsyncClient.enqueue``."""
         client: AsyncClient | AsyncRoutedClient = self.app.async_router or self.app.async_client
         return await client.enqueue(self.name, payload, **self._options(payload, options))
 
-    def sig(self, payload: Any = None, **options: Any) -> Sig:
+    def sig(self, payload: Any = None, **options: Unpack[EnqueueOptions]) -> Sig:
         """This task with a payload and enqueue options, to enqueue later: a step of
         ``leaseq.chain`` / ``leaseq.group``, or a batch callback (docs/workflows.md)."""
         merged = self._options(payload, options)

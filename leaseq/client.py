@@ -7,6 +7,7 @@ The synchronous twin of ``leaseq/client_async.py``; see that file for the logic.
 
 from __future__ import annotations
 
+from leaseq.jobspec import COPY_THRESHOLD
 from leaseq.ops.admin import AdminOps
 from leaseq.ops.batches import BatchOps
 from leaseq.ops.enqueue import EnqueueOps
@@ -19,7 +20,7 @@ from leaseq.ops.results import ResultOps
 from leaseq.ops.schedules import ScheduleOps
 from leaseq.ops.trace import TraceOps
 from leaseq.ops.web import WebOps
-from leaseq.params import COPY_THRESHOLD, notify_channel
+from leaseq.params import notify_channel
 
 __all__ = ["COPY_THRESHOLD", "Client", "notify_channel"]
 

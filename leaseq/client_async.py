@@ -10,6 +10,7 @@ they disagree.
 
 from __future__ import annotations
 
+from leaseq.jobspec import COPY_THRESHOLD
 from leaseq.ops.admin_async import AsyncAdminOps
 from leaseq.ops.batches_async import AsyncBatchOps
 from leaseq.ops.enqueue_async import AsyncEnqueueOps
@@ -22,7 +23,7 @@ from leaseq.ops.results_async import AsyncResultOps
 from leaseq.ops.schedules_async import AsyncScheduleOps
 from leaseq.ops.trace_async import AsyncTraceOps
 from leaseq.ops.web_async import AsyncWebOps
-from leaseq.params import COPY_THRESHOLD, notify_channel
+from leaseq.params import notify_channel
 
 __all__ = ["COPY_THRESHOLD", "AsyncClient", "notify_channel"]
 

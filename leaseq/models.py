@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -207,34 +206,6 @@ class JobFilter(TypedDict, total=False):
     error_code: str | None
     older_than: float | None
     newer_than: float | None
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One job for :meth:`Client.enqueue_many`; fields mean what ``enqueue``'s arguments do."""
-
-    task: str
-    payload: Any = None
-    queue: str = "default"
-    priority: int = 0
-    run_at: dt.datetime | None = None
-    delay: float | dt.timedelta | None = None
-    max_attempts: int = 8
-    payload_version: int | None = None
-    idempotency_key: str | None = None
-    ordering_key: str | None = None
-    key_policy: str = "block"
-    unique_key: str | None = None
-    unique_for: float | dt.timedelta | None = None
-    unique_states: tuple[str, ...] | None = None
-    on_conflict: str | None = None
-    debounce: float | dt.timedelta | None = None
-    debounce_max: float | dt.timedelta | None = None
-    limit_key: str | None = None
-    #: Job ids, ``leaseq.Ref`` to earlier items of the batch, or ``leaseq.Dep``.
-    depends_on: Sequence[Any] | None = None
-    on_dead: str = "cancel"
-    batch_id: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,39 +1,27 @@
 """Parameters of the client's statements: pure code, shared by the async and sync clients.
 
-Everything here turns Python values into what a named statement of ``queries.sql`` takes
-(checked job fields, fence arrays, the operator filter) or decides what a failed attempt
-leads to. No I/O: the client modules, which are generated async → sync, only call it.
+Everything here turns Python values into what a named statement of ``leaseq/sql/queries/``
+takes (fence arrays, the operator filter, the channels) or decides what a failed attempt
+leads to; a job's own options are ``leaseq.jobspec``'s. No I/O: the client modules, which
+are generated async → sync, only call it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import operator
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
 from typing import Any, Unpack
 
 import psycopg
 
 from leaseq import validate
 from leaseq.errors import ConfigError
-from leaseq.models import Failure, JobFilter, JobSpec, Lease
+from leaseq.models import Failure, JobFilter, Lease
 from leaseq.redact import Redactor
 from leaseq.retry import ErrorClass, RetryPolicy
 from leaseq.rows import Unclaimable
-from leaseq.rules.deps import check_depends_on
-from leaseq.rules.limits import check_limit_key
-from leaseq.rules.unique import UniqueOptions, check_schedule, unique_options
 from leaseq.states import FailureDecision, JobStatus, decide_failure
-
-#: From this many jobs on (without ordering keys), enqueue_many uses COPY.
-COPY_THRESHOLD = 200
-
-#: The furthest a job may be scheduled, either way: ``delay`` at most this many seconds,
-#: ``run_at`` within this of the local clock. Far enough for any real schedule, and
-#: bounded so that the database (and the COPY path's datetime arithmetic) never overflows.
-SCHEDULE_HORIZON = 100 * 365 * 86400.0
 
 
 def notify_channel(schema: str) -> str:
@@ -47,139 +35,6 @@ def results_channel(schema: str) -> str:
 
 
 # -- enqueue ---------------------------------------------------------------------------
-
-#: A job's fields and their defaults, as JobSpec declares them (task has none).
-_JOB_DEFAULTS = {f.name: f.default for f in fields(JobSpec) if f.name != "task"}
-
-
-def job_fields(job: JobSpec | Mapping[str, Any]) -> dict[str, Any]:
-    """Every field of one job: a JobSpec's, or a mapping's over the defaults. A mapping is
-    not turned into a JobSpec first: for a bulk enqueue that cost as much as the checks."""
-    if isinstance(job, JobSpec):
-        return vars(job)
-    if not isinstance(job, Mapping):
-        raise ConfigError(f"a job is a JobSpec or a mapping, got {type(job).__name__}")
-    unknown = job.keys() - _JOB_DEFAULTS.keys() - {"task"}
-    if unknown:
-        raise ConfigError(f"unknown job field(s): {', '.join(sorted(map(repr, unknown)))}")
-    if "task" not in job:
-        raise ConfigError("a job needs a task")
-    return {**_JOB_DEFAULTS, **job}
-
-
-def schedule(run_at: object, delay: object) -> tuple[dt.datetime | None, float]:
-    """``validate.schedule``, bounded to :data:`SCHEDULE_HORIZON` either way."""
-    run_at, seconds = validate.schedule(run_at, delay)
-    if seconds > SCHEDULE_HORIZON:
-        raise ConfigError(
-            f"delay must be at most {SCHEDULE_HORIZON:g} seconds (100 years), got {seconds:g}"
-        )
-    if run_at is not None:
-        offset = (run_at - dt.datetime.now(dt.UTC)).total_seconds()
-        if abs(offset) > SCHEDULE_HORIZON:
-            raise ConfigError(f"run_at must be within 100 years of now, got {run_at.isoformat()}")
-    return run_at, seconds
-
-
-#: The unique-job fields of a job (all None: no unique key, the plain insert).
-UNIQUE_FIELDS = (
-    "unique_key",
-    "unique_for",
-    "unique_states",
-    "on_conflict",
-    "debounce",
-    "debounce_max",
-)
-
-_unique_fields = operator.itemgetter(*UNIQUE_FIELDS)
-_NO_UNIQUE = (None,) * len(UNIQUE_FIELDS)
-
-
-def job_params(job: Mapping[str, Any], payload_limit: int) -> dict[str, Any]:
-    """The checked parameters of one job for insert_job / insert_jobs / COPY; ``unique``
-    holds its checked unique options (None without a unique key)."""
-    unique = None
-    given = _unique_fields(job)
-    if given != _NO_UNIQUE:  # one tuple compare: this runs for every job of a bulk enqueue
-        unique = unique_options(*given)
-        check_schedule(unique, job["run_at"], job["delay"])
-    run_at, delay = schedule(job["run_at"], job["delay"])
-    if unique is not None and unique.debounce is not None:
-        delay = unique.debounce
-    return {
-        "unique": unique,
-        "reschedule": job["run_at"] is not None or job["delay"] is not None,
-        "task": validate.check_name("task", job["task"]),
-        "queue": validate.check_name("queue", job["queue"]),
-        "payload": validate.encode_payload(job["payload"], payload_limit),
-        "priority": validate.check_priority(job["priority"]),
-        "run_at": run_at,
-        "delay": delay,
-        "max_attempts": validate.check_max_attempts(job["max_attempts"]),
-        "payload_version": validate.check_payload_version(job["payload_version"]),
-        "idempotency_key": validate.check_idempotency_key(job["idempotency_key"]),
-        "ordering_key": validate.check_ordering_key(job["ordering_key"]),
-        "key_policy": validate.check_key_policy(job["key_policy"]),
-        "limit_key": check_limit_key(job["limit_key"]),
-        "deps": None
-        if job["depends_on"] is None
-        else check_depends_on(job["depends_on"], job["on_dead"]),
-        "batch_id": None
-        if job["batch_id"] is None
-        else validate.check_int("batch_id", job["batch_id"], 1, 2**63 - 1),
-    }
-
-
-def unique_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The parameters of insert_unique_job, unique_replace and insert_follow_up."""
-    unique: UniqueOptions = params["unique"]
-    out = {k: v for k, v in params.items() if k != "unique"}
-    out.update(
-        unique_key=unique.key,
-        unique_for=unique.window,
-        unique_states=list(unique.states),
-        debounce=unique.debounce,
-        debounce_max=unique.debounce_max,
-    )
-    return out
-
-
-def job_arrays(params_list: Sequence[Mapping[str, Any]], channel: str) -> dict[str, Any]:
-    """The unnested-array parameters of insert_jobs."""
-    return {
-        "queues": [p["queue"] for p in params_list],
-        "tasks": [p["task"] for p in params_list],
-        "payloads": [p["payload"] for p in params_list],
-        "priorities": [p["priority"] for p in params_list],
-        "run_ats": [p["run_at"] for p in params_list],
-        "delays": [p["delay"] for p in params_list],
-        "max_attempts": [p["max_attempts"] for p in params_list],
-        "payload_versions": [p["payload_version"] for p in params_list],
-        "idempotency_keys": [p["idempotency_key"] for p in params_list],
-        "ordering_keys": [p["ordering_key"] for p in params_list],
-        "key_policies": [p["key_policy"] for p in params_list],
-        "limit_keys": [p["limit_key"] for p in params_list],
-        "channel": channel,
-    }
-
-
-def copy_row(job_id: int, p: Mapping[str, Any], db_now: dt.datetime) -> tuple[Any, ...]:
-    """One row of copy_jobs; a delay counts from the database clock ``db_now``."""
-    delay = p["delay"]
-    available = p["run_at"] or (db_now + dt.timedelta(seconds=delay) if delay else db_now)
-    return (
-        job_id,
-        p["queue"],
-        p["task"],
-        p["payload"],
-        p["priority"],
-        p["priority"],
-        available,
-        p["max_attempts"],
-        p["payload_version"],
-        p["idempotency_key"],
-        p["limit_key"],
-    )
 
 
 def default_idempotency_key(job_id: int, created_at: dt.datetime) -> str:

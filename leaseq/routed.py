@@ -16,16 +16,16 @@ from psycopg import Connection
 
 from leaseq.client import Client
 from leaseq.errors import ConfigError
-from leaseq.models import Job, JobFilter, JobSpec, QueueStats
+from leaseq.jobspec import DEFAULT_QUEUE, EnqueueOptions, JobSpec, job_fields
+from leaseq.models import Job, JobFilter, QueueStats
 from leaseq.ops.batches import Batch
-from leaseq.params import job_fields
 from leaseq.rules.routing import QueueMap, RoutedResult, check_dependencies, one_database
 from leaseq.rules.unique import EnqueueResult
-from leaseq.rules.workflows import Flow, Sig, flow_items
+from leaseq.workflows import Flow, Sig, flow_items
 
 
 def _queue_of(item: JobSpec | Mapping[str, Any]) -> str:
-    return str(job_fields(item).get("queue") or "default")
+    return str(job_fields(item).get("queue") or DEFAULT_QUEUE)
 
 
 class RoutedBatch:
@@ -47,8 +47,10 @@ class RoutedBatch:
                     "a batch cannot span databases; nothing was stored"
                 )
 
-    def enqueue(self, task: str, payload: Any = None, **options: Any) -> EnqueueResult:
-        queue = str(options.get("queue") or "default")
+    def enqueue(
+        self, task: str, payload: Any = None, **options: Unpack[EnqueueOptions]
+    ) -> EnqueueResult:
+        queue = str(options.get("queue") or DEFAULT_QUEUE)
         self._check([queue], "batch enqueue")
         check_dependencies(self.router.queue_map, queue, options.get("depends_on"))
         return RoutedResult.of(self.batch.enqueue(task, payload, **options), self.database)
@@ -151,18 +153,18 @@ class RoutedClient:
         task: str,
         payload: Any = None,
         *,
-        queue: str = "default",
         connection: Connection[Any] | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """``Client.enqueue`` on ``queue``'s database. The result carries that
         database (``RoutedResult.database``). ``depends_on`` and ``batch_id`` name jobs and
         batches of that database; a dependency on a result of another database is refused."""
+        queue = str(options.get("queue") or DEFAULT_QUEUE)
         check_dependencies(self.queue_map, queue, options.get("depends_on"))
         if connection is not None:
             self._check_connection(connection, queue)
         client = self.client_for(queue)
-        done = client.enqueue(task, payload, queue=queue, connection=connection, **options)
+        done = client.enqueue(task, payload, connection=connection, **options)
         return RoutedResult.of(done, self.queue_map.dsn_for(queue))
 
     def enqueue_many(
@@ -200,7 +202,7 @@ class RoutedClient:
         on queues of that database."""
         dsn = self.queue_map.dsn_for(queue)
         callbacks = [s for s in (on_success, on_failure, on_finish) if s is not None]
-        queues = [queue, *(str(s.options.get("queue") or "default") for s in callbacks)]
+        queues = [queue, *(str(s.options.get("queue") or DEFAULT_QUEUE) for s in callbacks)]
         one_database(self.queue_map, queues, "a batch and its callbacks")
         client = self._clients[dsn]
         with client.batch(

@@ -25,16 +25,16 @@ from psycopg import AsyncConnection
 
 from leaseq.client_async import AsyncClient
 from leaseq.errors import ConfigError
-from leaseq.models import Job, JobFilter, JobSpec, QueueStats
+from leaseq.jobspec import DEFAULT_QUEUE, EnqueueOptions, JobSpec, job_fields
+from leaseq.models import Job, JobFilter, QueueStats
 from leaseq.ops.batches_async import AsyncBatch
-from leaseq.params import job_fields
 from leaseq.rules.routing import QueueMap, RoutedResult, check_dependencies, one_database
 from leaseq.rules.unique import EnqueueResult
-from leaseq.rules.workflows import Flow, Sig, flow_items
+from leaseq.workflows import Flow, Sig, flow_items
 
 
 def _queue_of(item: JobSpec | Mapping[str, Any]) -> str:
-    return str(job_fields(item).get("queue") or "default")
+    return str(job_fields(item).get("queue") or DEFAULT_QUEUE)
 
 
 class AsyncRoutedBatch:
@@ -56,8 +56,10 @@ class AsyncRoutedBatch:
                     "a batch cannot span databases; nothing was stored"
                 )
 
-    async def enqueue(self, task: str, payload: Any = None, **options: Any) -> EnqueueResult:
-        queue = str(options.get("queue") or "default")
+    async def enqueue(
+        self, task: str, payload: Any = None, **options: Unpack[EnqueueOptions]
+    ) -> EnqueueResult:
+        queue = str(options.get("queue") or DEFAULT_QUEUE)
         self._check([queue], "batch enqueue")
         check_dependencies(self.router.queue_map, queue, options.get("depends_on"))
         return RoutedResult.of(await self.batch.enqueue(task, payload, **options), self.database)
@@ -162,18 +164,18 @@ class AsyncRoutedClient:
         task: str,
         payload: Any = None,
         *,
-        queue: str = "default",
         connection: AsyncConnection[Any] | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """``AsyncClient.enqueue`` on ``queue``'s database. The result carries that
         database (``RoutedResult.database``). ``depends_on`` and ``batch_id`` name jobs and
         batches of that database; a dependency on a result of another database is refused."""
+        queue = str(options.get("queue") or DEFAULT_QUEUE)
         check_dependencies(self.queue_map, queue, options.get("depends_on"))
         if connection is not None:
             await self._check_connection(connection, queue)
         client = self.client_for(queue)
-        done = await client.enqueue(task, payload, queue=queue, connection=connection, **options)
+        done = await client.enqueue(task, payload, connection=connection, **options)
         return RoutedResult.of(done, self.queue_map.dsn_for(queue))
 
     async def enqueue_many(
@@ -211,7 +213,7 @@ class AsyncRoutedClient:
         on queues of that database."""
         dsn = self.queue_map.dsn_for(queue)
         callbacks = [s for s in (on_success, on_failure, on_finish) if s is not None]
-        queues = [queue, *(str(s.options.get("queue") or "default") for s in callbacks)]
+        queues = [queue, *(str(s.options.get("queue") or DEFAULT_QUEUE) for s in callbacks)]
         one_database(self.queue_map, queues, "a batch and its callbacks")
         client = self._clients[dsn]
         async with client.batch(

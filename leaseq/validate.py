@@ -23,6 +23,11 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-/]*")
 PRIORITY_MIN = -32768
 PRIORITY_MAX = 32767
 MAX_ATTEMPTS_LIMIT = 10_000
+#: A job's defaults, used by every path that makes jobs (leaseq.jobspec's table, schedules,
+#: batch callbacks, the CLI); the schema's column defaults are the same (a test checks).
+DEFAULT_QUEUE = "default"
+DEFAULT_PRIORITY = 0
+DEFAULT_MAX_ATTEMPTS = 8
 LEASE_SECONDS_MAX = 7 * 24 * 3600.0
 CLAIM_LIMIT_MAX = 1000
 DEFAULT_PAYLOAD_LIMIT = 1024 * 1024

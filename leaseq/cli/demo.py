@@ -18,7 +18,7 @@ from leaseq.app import App
 from leaseq.cli.render import render_status
 from leaseq.cli.settings import Settings, pass_settings
 from leaseq.errors import Permanent, Retry
-from leaseq.models import JobSpec
+from leaseq.jobspec import JobSpec
 from leaseq.retry import RetryPolicy
 from leaseq.worker import JobContext, WorkerConfig, run_worker
 

@@ -16,6 +16,7 @@ from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_s
 from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
 from leaseq.cli.workflows import workflow_fields, workflow_lines
 from leaseq.errors import ConfigError
+from leaseq.jobspec import DEFAULTS
 from leaseq.models import Job
 
 
@@ -63,10 +64,10 @@ def read_payload(text: str | None) -> Any:
 @click.command()
 @click.argument("task")
 @click.argument("payload", required=False)
-@click.option("--queue", "-q", default="default", show_default=True)
-@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--queue", "-q", default=DEFAULTS["queue"], show_default=True)
+@click.option("--priority", type=int, default=DEFAULTS["priority"], show_default=True)
 @click.option("--delay", type=float, default=None, help="Seconds from now (database clock).")
-@click.option("--max-attempts", type=int, default=8, show_default=True)
+@click.option("--max-attempts", type=int, default=DEFAULTS["max_attempts"], show_default=True)
 @click.option("--ordering-key", default=None, help="Run after earlier jobs of this key.")
 @click.option("--limit-key", default=None, help="Also under the limit key:KEY (or its family).")
 @unique_options

@@ -3,7 +3,7 @@
 """Batches and workflows: ``batch()`` groups jobs and enqueues its callbacks exactly once
 when it is sealed and all its jobs have ended (fired in base_async, in the transaction of
 the transition that ended the last job, or at the seal); ``enqueue_flow`` stores a chain or
-group (``leaseq.rules.workflows``) in one ``enqueue_many``.
+group (``leaseq.workflows``) in one ``enqueue_many``.
 
 The synchronous twin of ``leaseq/ops/batches_async.py``; see that file for the logic.
 """
@@ -15,10 +15,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from leaseq import validate
-from leaseq.models import BatchInfo, JobSpec
+from leaseq.jobspec import JobSpec
+from leaseq.models import BatchInfo
 from leaseq.ops.enqueue import EnqueueOps
 from leaseq.rules.unique import EnqueueResult
-from leaseq.rules.workflows import Flow, Sig, callback_spec, flow_items
+from leaseq.workflows import Flow, Sig, callback_spec, flow_items
 
 
 class Batch:

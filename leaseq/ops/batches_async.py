@@ -1,7 +1,7 @@
 """Batches and workflows: ``batch()`` groups jobs and enqueues its callbacks exactly once
 when it is sealed and all its jobs have ended (fired in base_async, in the transaction of
 the transition that ended the last job, or at the seal); ``enqueue_flow`` stores a chain or
-group (``leaseq.rules.workflows``) in one ``enqueue_many``.
+group (``leaseq.workflows``) in one ``enqueue_many``.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from leaseq import validate
-from leaseq.models import BatchInfo, JobSpec
+from leaseq.jobspec import JobSpec
+from leaseq.models import BatchInfo
 from leaseq.ops.enqueue_async import AsyncEnqueueOps
 from leaseq.rules.unique import EnqueueResult
-from leaseq.rules.workflows import Flow, Sig, callback_spec, flow_items
+from leaseq.workflows import Flow, Sig, callback_spec, flow_items
 
 
 class AsyncBatch:

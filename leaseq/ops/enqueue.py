@@ -2,8 +2,8 @@
 # change the async source and run `python tools/gen_sync.py`.
 """Enqueue: one job, many jobs (unnested arrays, or COPY from 200 jobs on), inside the
 caller's transaction when given one, and jobs with a unique key (take the key first, then
-resolve a conflict as ``on_conflict`` says; the rules are in ``leaseq.rules.unique``). Checks and
-parameters come from ``leaseq.params``.
+resolve a conflict as ``on_conflict`` says; the rules are in ``leaseq.rules.unique``). A
+job's options, their checks and parameters are declared once, in ``leaseq.jobspec``.
 
 The synchronous twin of ``leaseq/ops/enqueue_async.py``; see that file for the logic.
 """
@@ -12,22 +12,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from psycopg import Connection
 
 from leaseq.errors import LeaseqError, UniqueConflict
-from leaseq.models import JobSpec
-from leaseq.ops.deps import DepsOps
-from leaseq.params import (
+from leaseq.jobspec import (
     COPY_THRESHOLD,
+    EnqueueOptions,
+    JobSpec,
     copy_row,
     job_arrays,
     job_fields,
     job_params,
-    unique_params,
 )
-from leaseq.rules.unique import EnqueueResult, holder_state, resolve_conflict
+from leaseq.ops.deps import DepsOps
+from leaseq.rules.unique import EnqueueResult, holder_state, resolve_conflict, unique_params
 from leaseq.tracing import Carrier
 
 #: How often an enqueue tries again when the key's holder changed between its statements.
@@ -40,26 +40,8 @@ class EnqueueOps(DepsOps):
         task: str,
         payload: Any = None,
         *,
-        queue: str = "default",
-        priority: int = 0,
-        run_at: Any = None,
-        delay: Any = None,
-        max_attempts: int = 8,
-        payload_version: int | None = None,
-        idempotency_key: str | None = None,
-        ordering_key: str | None = None,
-        key_policy: str = "block",
-        unique_key: str | None = None,
-        unique_for: Any = None,
-        unique_states: Any = None,
-        on_conflict: str | None = None,
-        debounce: Any = None,
-        debounce_max: Any = None,
-        limit_key: str | None = None,
-        depends_on: Sequence[Any] | None = None,
-        on_dead: str = "cancel",
-        batch_id: int | None = None,
         connection: Connection[Any] | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Store one job; returns its id (an :class:`EnqueueResult`, an ``int``).
 
@@ -88,30 +70,7 @@ class EnqueueOps(DepsOps):
         joins that open batch (see ``batch()``). See docs/workflows.md.
         """
         params = job_params(
-            {
-                "task": task,
-                "payload": payload,
-                "queue": queue,
-                "priority": priority,
-                "run_at": run_at,
-                "delay": delay,
-                "max_attempts": max_attempts,
-                "payload_version": payload_version,
-                "idempotency_key": idempotency_key,
-                "ordering_key": ordering_key,
-                "key_policy": key_policy,
-                "unique_key": unique_key,
-                "unique_for": unique_for,
-                "unique_states": unique_states,
-                "on_conflict": on_conflict,
-                "debounce": debounce,
-                "debounce_max": debounce_max,
-                "limit_key": limit_key,
-                "depends_on": depends_on,
-                "on_dead": on_dead,
-                "batch_id": batch_id,
-            },
-            self.payload_limit,
+            job_fields({"task": task, "payload": payload, **options}), self.payload_limit
         )
         params["channel"] = self.channel
         if self.tracing is None:

@@ -41,9 +41,9 @@ class ScheduleDef:
     task: str
     timing: Timing
     payload: Any = None
-    queue: str = "default"
-    priority: int = 0
-    max_attempts: int = 8
+    queue: str = validate.DEFAULT_QUEUE
+    priority: int = validate.DEFAULT_PRIORITY
+    max_attempts: int = validate.DEFAULT_MAX_ATTEMPTS
     catch_up: str = "latest"
     catch_up_max: int = DEFAULT_CATCH_UP_MAX
     grace: float = DEFAULT_GRACE

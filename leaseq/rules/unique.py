@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,3 +225,17 @@ def holder_state(status: str | None, held_until: object) -> str:
     if status is not None:
         return status
     return "finished" if held_until is not None else "pending"
+
+
+def unique_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of insert_unique_job, unique_replace and insert_follow_up."""
+    unique: UniqueOptions = params["unique"]
+    out = {k: v for k, v in params.items() if k != "unique"}
+    out.update(
+        unique_key=unique.key,
+        unique_for=unique.window,
+        unique_states=list(unique.states),
+        debounce=unique.debounce,
+        debounce_max=unique.debounce_max,
+    )
+    return out

@@ -9,12 +9,13 @@ point) provides the fixtures ``leaseq_dsn``, ``leaseq_client``, ``leaseq_clock``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
 import psycopg
 
 from leaseq.app import App, Task
 from leaseq.client import Client
+from leaseq.jobspec import EnqueueOptions
 from leaseq.models import Job
 from leaseq.testing.assertions import assert_enqueued, enqueued_jobs, refute_enqueued
 from leaseq.testing.clock import CLOCK_OPTIONS, Clock, with_clock
@@ -95,7 +96,7 @@ class Kit:
         payload: Any = None,
         *,
         connection: Connection | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> Outcome:
         return perform_job(self.client, task, payload, connection=connection, **options)
 

@@ -3,9 +3,11 @@
 
 Both go through the real protocol: the job is stored (so the payload makes a JSON round
 trip through jsonb), claimed under a real fenced lease, the handler runs with a real
-``JobContext``, and the outcome is recorded by the fenced complete/fail statements with the
-task's retry policy. Unlike a worker they renew no lease (handlers run in the caller's
-thread) and run one job at a time.
+``JobContext``, and the outcome is decided by the worker's own rules
+(``leaseq.worker.attempt``: an unknown task, a refused payload, the failure's class, a
+result that cannot be stored) and recorded by the fenced complete/fail statements with the
+task's retry policy; a task's stored result is stored as a worker stores it. Unlike a
+worker they renew no lease (handlers run in the caller's thread) and run one job at a time.
 
 With ``connection=`` everything joins that connection's open transaction: jobs a test
 enqueued there but never commits can be run, and a rollback undoes the lot. Handlers then
@@ -19,26 +21,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import traceback
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import psycopg
 
 from leaseq.app import App, Task
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
-from leaseq.codes import ErrorCode
-from leaseq.errors import Permanent, Retry
+from leaseq.jobspec import EnqueueOptions
 from leaseq.models import Failure, Lease
-from leaseq.retry import ErrorClass
 from leaseq.states import JobStatus
 from leaseq.testing import clock
 from leaseq.testing.assertions import database_now, on_connection
+from leaseq.worker.attempt import failure_of, prepare_payload, result_of, unknown_task
 from leaseq.worker.context import JobContext, JobServices
-from leaseq.worker.executor import prepare_payload
 
 WORKER_ID = "leaseq-testing"
 #: Long enough that no test's handler outlives it: the kit renews no lease.
@@ -49,7 +48,9 @@ LEASE_SECONDS = 3600.0
 class Outcome:
     """What one attempt led to. ``status`` is ``succeeded``, ``retry`` (``retry_in``
     seconds from now on the database clock), ``dead`` or ``cancelled``; ``result`` is
-    what the handler returned (not stored by leaseq)."""
+    what the handler returned (stored too, as a worker stores it, when the task has
+    ``store_result=True``; a value that cannot be stored ends the job dead with
+    ``RESULT_TOO_LARGE`` or ``RESULT_INVALID``, as on a worker)."""
 
     job_id: int
     task: str
@@ -96,16 +97,17 @@ def perform_job(
     payload: Any = None,
     *,
     connection: Connection | None = None,
-    **options: Any,
+    **options: Unpack[EnqueueOptions],
 ) -> Outcome:
-    """Enqueue ``payload`` for ``task`` (options as in ``Client.enqueue``), claim it under
-    a real lease and run the handler once; returns the outcome. The job goes to a queue of
-    its own, so other jobs of the task's queue are left alone."""
-    options["queue"] = f"leaseq-testing-{uuid.uuid4().hex[:12]}"
-    options.setdefault("max_attempts", task.max_attempts)
-    job_id = client.enqueue(task.name, payload, connection=connection, **options)
+    """Enqueue ``payload`` for ``task`` as ``task.enqueue`` would (its defaults, its payload
+    check; options as in ``Client.enqueue``), claim it under a real lease and run the
+    handler once; returns the outcome. The job goes to a queue of its own, so other jobs of
+    the task's queue are left alone."""
+    merged = task._options(payload, options)
+    merged["queue"] = queue = f"leaseq-testing-{uuid.uuid4().hex[:12]}"
+    job_id = client.enqueue(task.name, payload, connection=connection, **merged)
     leases = client.claim(
-        options["queue"],
+        queue,
         worker=WORKER_ID,
         lease_seconds=LEASE_SECONDS,
         connection=connection,
@@ -165,15 +167,12 @@ def _next_lease(
 
 
 def _run(client: Client, app: App, lease: Lease, connection: Connection | None) -> Outcome:
+    """One attempt, decided as a worker decides it (``leaseq.worker.attempt``): an unknown
+    task, a refused payload, what the handler raised, and what it returned (a result that
+    cannot be stored fails the job as it would on a worker) are the worker's own rules."""
     task = app.tasks.get(lease.task)
     if task is None:
-        failure = Failure(
-            lease,
-            ErrorCode.UNKNOWN_TASK,
-            error_class=ErrorClass.PERMANENT,
-            detail=f"no handler registered for task {lease.task!r} in this app",
-        )
-        return _report(client, failure, None, connection)
+        return _report(client, unknown_task(lease), None, connection)
     payload, refused = prepare_payload(task, lease)
     if refused is not None:
         return _report(client, refused, task, connection)
@@ -182,27 +181,18 @@ def _run(client: Client, app: App, lease: Lease, connection: Connection | None) 
     ctx.mark_started()
     try:
         with _savepoint(connection):
-            result = _call(task, ctx, payload, client, services)
+            value = _call(task, ctx, payload, client, services)
     except Exception as exc:
-        error_class, code = task.classifier.classify(exc)
-        if isinstance(exc, Permanent | Retry):
-            detail = exc.detail
-        else:
-            detail = "".join(traceback.format_exception(exc))
-        failure = Failure(
-            lease,
-            code,
-            error_class=error_class,
-            detail=detail,
-            retry_in=exc.retry_in if isinstance(exc, Retry) else None,
-            policy=task.retry,
-        )
-        return _report(client, failure, task, connection)
+        return _report(client, failure_of(lease, task, exc), task, connection)
     if ctx.completed:  # the handler joined the completion to its own transaction
-        return Outcome(lease.job_id, lease.task, "succeeded", result)
-    if not client.complete(lease, connection=connection):
+        return Outcome(lease.job_id, lease.task, "succeeded", value)
+    outcome, stored = result_of(lease, task, value)
+    if isinstance(outcome, Failure):
+        return _report(client, outcome, task, connection)
+    results = {lease.job_id: stored} if stored is not None else None
+    if lease.job_id not in client.complete_many([lease], connection=connection, results=results):
         raise AssertionError(f"job {lease.job_id}: the lease was lost before completion")
-    return Outcome(lease.job_id, lease.task, "succeeded", result)
+    return Outcome(lease.job_id, lease.task, "succeeded", value)
 
 
 @contextlib.contextmanager

@@ -21,20 +21,18 @@ import asyncio
 import logging
 import threading
 import time
-import traceback
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from leaseq.app import App, Task
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
 from leaseq.codes import ErrorCode
-from leaseq.errors import PayloadError, Permanent, Retry
 from leaseq.models import Failure, Lease
 from leaseq.retry import ErrorClass
 from leaseq.states import JobStatus
-from leaseq.validate import encode_payload
 from leaseq.worker.aborts import JobAborted
+from leaseq.worker.attempt import failure_of, prepare_payload, result_of, unknown_task
 from leaseq.worker.completer import Completer
 from leaseq.worker.config import WorkerConfig
 from leaseq.worker.context import JobContext, JobServices
@@ -250,12 +248,7 @@ class Executor:
         if _too_late(running):
             return lease  # dropped: _submit reports nothing under this lease
         if task is None:
-            return Failure(
-                lease,
-                ErrorCode.UNKNOWN_TASK,
-                error_class=ErrorClass.PERMANENT,
-                detail=f"no handler registered for task {lease.task!r} in this worker's app",
-            )
+            return unknown_task(lease)
         if not task.is_async:
             return await self._in_thread(running)
         running.payload, refused = prepare_payload(task, lease)
@@ -267,10 +260,9 @@ class Executor:
         except JobAborted:
             return lease  # the abort decides what is reported
         except Exception as exc:
-            return _failure(running, task, exc)
-        if task.store_result:
-            return _keep_result(running, task, value)
-        return lease
+            return failure_of(lease, task, exc)
+        outcome, running.result = result_of(lease, task, value)
+        return outcome
 
     async def _in_thread(self, running: Running) -> Outcome:
         """A sync attempt run for a task that awaits it (with tracing: the thread runs in a
@@ -410,70 +402,14 @@ def _sync_attempt(running: Running) -> Outcome:
     try:
         value = task.fn(ctx, running.payload)
         # Inside the try: whatever escapes here would strand the job and its slot.
-        return _keep_result(running, task, value) if task.store_result else lease
+        outcome, running.result = result_of(lease, task, value)
+        return outcome
     except JobAborted:
         return lease  # the abort decides what is reported
     except BaseException as exc:  # a thread has nobody to pass SystemExit & co. on to
-        return _failure(running, task, exc)
-
-
-def _failure(running: Running, task: Task, exc: BaseException) -> Failure:
-    """What a handler raised, classified: the failure to report."""
-    error_class, code = task.classifier.classify(exc)
-    if isinstance(exc, Permanent | Retry):
-        detail = exc.detail
-    else:  # unclassified or rule-matched: keep the whole (bounded) traceback
-        detail = "".join(traceback.format_exception(exc))
-    return Failure(
-        running.lease,
-        code,
-        error_class=error_class,
-        detail=detail,
-        retry_in=exc.retry_in if isinstance(exc, Retry) else None,
-        policy=task.retry,
-    )
-
-
-def _keep_result(running: Running, task: Task, value: Any) -> Lease | Failure:
-    """The return value as JSON for the completion to store; one that cannot be stored
-    fails the job permanently, with a code saying why."""
-    try:
-        running.result = (encode_payload(value, task.result_limit), task.result_ttl)
-    except PayloadError as exc:
-        message = str(exc).replace("payload", "result", 1)
-        too_large = "over the limit" in message
-        code = ErrorCode.RESULT_TOO_LARGE if too_large else ErrorCode.RESULT_INVALID
-        return Failure(running.lease, code, error_class=ErrorClass.PERMANENT, detail=message)
-    return running.lease
+        return failure_of(lease, task, exc)
 
 
 def _mark_started(running: Running) -> None:
     running.started_at = time.monotonic()
     running.ctx.mark_started()
-
-
-def prepare_payload(task: Task, lease: Lease) -> tuple[Any, Failure | None]:
-    """Check (and convert) the payload before the handler runs. A refusal is permanent —
-    retrying cannot fix a payload — so the job goes dead at once with a clear code."""
-    versions = task.payload_versions
-    if versions is not None and lease.payload_version not in versions:
-        return None, Failure(
-            lease,
-            ErrorCode.UNSUPPORTED_PAYLOAD_VERSION,
-            error_class=ErrorClass.PERMANENT,
-            detail=(
-                f"payload version {lease.payload_version} is not one task {task.name} "
-                f"accepts ({', '.join(map(str, sorted(versions)))})"
-            ),
-        )
-    if task.validate is None:
-        return lease.payload, None
-    try:
-        return task.validate(lease.payload), None
-    except Exception as exc:
-        return None, Failure(
-            lease,
-            ErrorCode.INVALID_PAYLOAD,
-            error_class=ErrorClass.PERMANENT,
-            detail=f"{type(exc).__name__}: {exc}",
-        )

@@ -12,7 +12,8 @@ from psycopg import sql
 
 import leaseq
 from leaseq import JobStatus
-from leaseq.params import COPY_THRESHOLD, notify_channel
+from leaseq.jobspec import COPY_THRESHOLD
+from leaseq.params import notify_channel
 from tests.support.helpers import rows
 
 
@@ -82,7 +83,7 @@ def test_enqueue_many_with_a_bad_item_stores_nothing(client: leaseq.Client) -> N
     many = [{"task": "ok", "payload": i} for i in range(500)]  # over COPY_THRESHOLD too
     for bad, says in (
         ({"task": "bad name!"}, "invalid task name"),
-        ({"task": "ok", "priorty": 5}, "unknown job field(s): 'priorty'"),
+        ({"task": "ok", "priorty": 5}, "unknown job option(s): 'priorty'"),
         ({"payload": 1}, "a job needs a task"),
         (("ok", 1), "a job is a JobSpec or a mapping, got tuple"),
         (leaseq.JobSpec("ok", max_attempts=0), "max_attempts must be between"),

@@ -15,6 +15,7 @@ import pytest
 
 import leaseq
 from leaseq import JobStatus
+from leaseq.testing.perform import perform_job
 from tests.support.helpers import expire_lease, rows
 
 FAST = leaseq.RetryPolicy(base=0.001, cap=0.01)
@@ -175,3 +176,51 @@ def test_results_expire_on_their_own_retention(
     rows(dsn, "UPDATE {s}.job_results SET expires_at = now() RETURNING 1", schema)
     client.sweep()
     assert _stored(dsn, schema) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [("x" * 200, "RESULT_TOO_LARGE"), ({"when": float("nan")}, "RESULT_INVALID")],
+    ids=["too-large", "not-json"],
+)
+def test_perform_job_ends_a_result_that_cannot_be_stored_as_a_worker_does(
+    dsn: str, schema: str, client: leaseq.Client, value: Any, code: str
+) -> None:
+    """The boundary: the handler returned, its result cannot be stored. The testing kit
+    once let such a job succeed (it re-wrote the attempt and skipped the result checks)
+    while a worker ends it dead: both now decide with leaseq.worker.attempt, so the job
+    a test performs ends exactly as the one a worker runs."""
+    app = leaseq.App(dsn, schema=schema, retry_policy=FAST)
+
+    @app.task(name="big", store_result=True, result_limit=100)
+    def big(ctx: leaseq.JobContext, payload: Any) -> Any:
+        return value
+
+    on_worker = big.enqueue(None)
+    _run(app)
+    by_kit = perform_job(client, big, None)
+
+    worker_job, kit_job = client.get_job(on_worker), client.get_job(by_kit.job_id)
+    assert worker_job is not None and kit_job is not None
+    ended = [
+        (j.status, j.last_error_code, j.last_error_class, j.attempt_count)
+        for j in (worker_job, kit_job)
+    ]
+    assert ended[0] == ended[1] == (JobStatus.DEAD, code, "permanent", 1)
+    assert (by_kit.status, by_kit.error_code) == ("dead", code)
+    assert worker_job.last_error_detail == kit_job.last_error_detail
+    assert _stored(dsn, schema) == []
+
+
+def test_perform_job_stores_a_result_as_a_worker_does(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    app = leaseq.App(dsn, schema=schema, retry_policy=FAST)
+
+    @app.task(name="small", store_result=True)
+    def small(ctx: leaseq.JobContext, payload: Any) -> Any:
+        return {"n": payload}
+
+    outcome = perform_job(client, small, 7)
+    assert outcome.succeeded and outcome.result == {"n": 7}
+    assert client.result(outcome.job_id, timeout=1) == {"n": 7}

@@ -10,15 +10,9 @@ import pytest
 
 from leaseq.codes import ErrorCode
 from leaseq.errors import ConfigError
+from leaseq.jobspec import SCHEDULE_HORIZON, job_fields, job_params, schedule
 from leaseq.models import Failure, Lease
-from leaseq.params import (
-    SCHEDULE_HORIZON,
-    expire_params,
-    fail_params,
-    job_fields,
-    job_params,
-    schedule,
-)
+from leaseq.params import expire_params, fail_params
 from leaseq.retry import RetryPolicy
 from leaseq.rows import ATTEMPT_MAX, TOKEN_MAX, leases_from_rows
 

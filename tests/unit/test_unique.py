@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from leaseq.errors import ConfigError
-from leaseq.params import job_fields, job_params
+from leaseq.jobspec import job_fields, job_params
 from leaseq.rules.unique import (
     DEFAULT_WINDOW_STATES,
     LIVE_STATES,

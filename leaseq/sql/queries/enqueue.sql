@@ -15,7 +15,7 @@ VALUES (
   coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
   %(max_attempts)s, %(payload_version)s, %(idempotency_key)s, %(key_policy)s, %(limit_key)s
 )
-RETURNING id, CASE WHEN available_at <= now() THEN pg_notify(%(channel)s, queue_name)::text END;
+RETURNING id, {_notify_ready};
 
 -- name: insert_keyed_job
 -- insert_job for a job with an ordering key; the caller holds the key's advisory lock.
@@ -36,9 +36,9 @@ WITH ins AS (
     ),
     %(limit_key)s
   )
-  RETURNING id, queue_name, available_at
+  RETURNING id, queue_name, available_at, blocked
 )
-SELECT id, CASE WHEN available_at <= now() THEN pg_notify(%(channel)s, queue_name)::text END
+SELECT id, {_notify_ready}
 FROM ins;
 
 -- name: insert_jobs
@@ -62,18 +62,20 @@ WITH ins AS (
            )
          ),
          u.limit_key
+  -- One array per option of the arrays path (leaseq.jobspec.ARRAY_OPTIONS, in its order,
+  -- each under the option's own name).
   FROM unnest(
-    %(queues)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[], %(priorities)s::int[],
-    %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::int[],
-    %(payload_versions)s::int[], %(idempotency_keys)s::text[], %(ordering_keys)s::text[],
-    %(key_policies)s::text[], %(limit_keys)s::text[]
+    %(task)s::text[], %(payload)s::jsonb[], %(queue)s::text[], %(priority)s::int[],
+    %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
+    %(payload_version)s::int[], %(idempotency_key)s::text[], %(ordering_key)s::text[],
+    %(key_policy)s::text[], %(limit_key)s::text[]
   ) WITH ORDINALITY
-    AS u(queue, task, payload, priority, run_at, delay, max_attempts, payload_version,
+    AS u(task, payload, queue, priority, run_at, delay, max_attempts, payload_version,
          idempotency_key, ordering_key, key_policy, limit_key, ord)
   ORDER BY u.ord
-  RETURNING id, queue_name, available_at
+  RETURNING id, queue_name, available_at, blocked
 )
-SELECT id, CASE WHEN available_at <= now() THEN pg_notify(%(channel)s, queue_name)::text END
+SELECT id, {_notify_ready}
 FROM ins
 ORDER BY id;
 
@@ -90,10 +92,11 @@ SELECT now(),
 FROM generate_series(1, %(n)s) AS g;
 
 -- name: copy_jobs
--- COPY writes the reserved ids into the identity column as given.
+-- COPY writes the reserved ids into the identity column as given; the columns are
+-- leaseq.jobspec.COPY_COLUMNS, in that order.
 COPY {schema}.jobs
   (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-   payload_version, idempotency_key, limit_key)
+   payload_version, idempotency_key, key_policy, limit_key)
 FROM STDIN;
 
 -- name: set_trace_contexts

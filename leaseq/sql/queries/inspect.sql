@@ -3,21 +3,13 @@
 
 -- name: get_job
 -- The payload as text: the client decodes it, and shows a row it cannot decode (leaseq.rows).
-SELECT id, queue_name, task, payload::text, status::text, priority, available_at, attempt_count,
-       max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
-       last_error_detail, created_at, started_at, heartbeat_at, finished_at,
-       cancel_requested_at, payload_version, last_error_class, unknown_failures,
-       idempotency_key, unique_key
+SELECT {_job_columns}
 FROM {schema}.jobs
 WHERE id = %(id)s;
 
 -- name: list_jobs
 -- Operator listing (dead list, inspection), newest first.
-SELECT id, queue_name, task, payload::text, status::text, priority, available_at, attempt_count,
-       max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
-       last_error_detail, created_at, started_at, heartbeat_at, finished_at,
-       cancel_requested_at, payload_version, last_error_class, unknown_failures,
-       idempotency_key, unique_key
+SELECT {_job_columns}
 FROM {schema}.jobs
 WHERE {_job_filter}
 ORDER BY id DESC

@@ -19,3 +19,20 @@ status = ANY(%(statuses)s::{schema}.job_status[])
        OR finished_at <= now() - make_interval(secs => %(older_than)s))
   AND (%(newer_than)s::float8 IS NULL
        OR finished_at > now() - make_interval(secs => %(newer_than)s))
+
+-- name: _job_columns
+-- A job row as leaseq.rows.job_from_row decodes it, aliased with models.Job's field names
+-- in its field order (tests/unit/test_jobspec.py checks both). The payload comes as text:
+-- the client decodes it, and shows a row it cannot decode.
+id AS job_id, queue_name AS queue, task, payload::text AS payload, status::text AS status,
+priority, available_at, attempt_count, max_attempts, lease_owner, lease_token,
+lease_expires_at, last_error_code, last_error_detail, created_at, started_at, heartbeat_at,
+finished_at, cancel_requested_at, payload_version, last_error_class, unknown_failures,
+idempotency_key, unique_key
+
+-- name: _notify_ready
+-- The wake-up of a job just inserted or changed (columns available_at, blocked,
+-- queue_name): a NOTIFY on the schema's channel for its queue when it is claimable now.
+-- Sent at commit, and only if the transaction commits; one per queue per transaction.
+CASE WHEN available_at <= now() AND NOT blocked
+  THEN pg_notify(%(channel)s, queue_name)::text END

@@ -83,9 +83,7 @@ WITH lock AS (
   ON CONFLICT (unique_key) DO NOTHING
   RETURNING k.job_id
 ), {_unique_insert}
-SELECT id,
-       CASE WHEN available_at <= now() AND NOT blocked
-         THEN pg_notify(%(channel)s, queue_name)::text END
+SELECT id, {_notify_ready}
 FROM ins;
 
 -- name: take_unique_window
@@ -98,9 +96,7 @@ WITH lock AS (
   WHERE k.unique_key = %(unique_key)s AND k.held_until <= now()
   RETURNING k.job_id
 ), {_unique_insert}
-SELECT id,
-       CASE WHEN available_at <= now() AND NOT blocked
-         THEN pg_notify(%(channel)s, queue_name)::text END
+SELECT id, {_notify_ready}
 FROM ins;
 
 -- name: unique_holder
@@ -138,9 +134,7 @@ WITH upd AS (
          'payload replaced by an enqueue of unique key ' || left(%(unique_key)s, 200)
   FROM upd
 )
-SELECT id,
-       CASE WHEN available_at <= now() AND NOT blocked
-         THEN pg_notify(%(channel)s, queue_name)::text END
+SELECT id, {_notify_ready}
 FROM upd;
 
 -- name: insert_follow_up
@@ -160,9 +154,7 @@ WITH lock AS (
          'unique key ' || left(h.unique_key, 200) || ' moved to follow-up job ' || ins.id
   FROM ins JOIN {schema}.jobs AS h ON h.id = %(holder)s
 )
-SELECT id,
-       CASE WHEN available_at <= now() AND NOT blocked
-         THEN pg_notify(%(channel)s, queue_name)::text END
+SELECT id, {_notify_ready}
 FROM ins;
 
 -- name: delete_expired_windows

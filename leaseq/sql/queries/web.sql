@@ -35,11 +35,7 @@ GROUP BY 1, 2;
 -- The job list: newest first, keyset-paginated by id (%(before)s: the last id of the
 -- previous page). Walks the primary key backwards and stops at LIMIT, so the default page
 -- reads a few index entries; a narrow filter reads more of them, bounded by the timeout.
-SELECT id, queue_name, task, payload::text, status::text, priority, available_at, attempt_count,
-       max_attempts, lease_owner, lease_token, lease_expires_at, last_error_code,
-       last_error_detail, created_at, started_at, heartbeat_at, finished_at,
-       cancel_requested_at, payload_version, last_error_class, unknown_failures,
-       idempotency_key, unique_key
+SELECT {_job_columns}
 FROM {schema}.jobs
 WHERE (%(statuses)s::{schema}.job_status[] IS NULL OR status = ANY(%(statuses)s))
   AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)

@@ -18,21 +18,8 @@ from typing import Any
 
 from leaseq import validate
 from leaseq.errors import ConfigError
+from leaseq.jobspec import BY_NAME, CALLBACK_OPTIONS, DEFAULTS, SIG_OPTIONS
 from leaseq.rules.deps import Ref
-
-#: enqueue options a signature may carry (besides depends_on, which the flow decides).
-SIG_OPTIONS = frozenset(
-    {
-        "queue",
-        "priority",
-        "run_at",
-        "delay",
-        "max_attempts",
-        "payload_version",
-        "idempotency_key",
-        "on_dead",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -116,13 +103,12 @@ def callback_spec(sig: Sig | None) -> dict[str, Any] | None:
     if not isinstance(sig, Sig):
         raise ConfigError(f"a batch callback is a signature (task.sig(...)), got {sig!r}")
     options = dict(sig.options)
-    extra = set(options) - {"queue", "priority", "max_attempts"}
+    extra = set(options) - CALLBACK_OPTIONS
     if extra:
         raise ConfigError(f"a batch callback cannot carry {', '.join(sorted(extra))}")
-    return {
-        "task": sig.task,
-        "payload": sig.payload,
-        "queue": validate.check_name("queue", options.get("queue", "default")),
-        "priority": validate.check_priority(options.get("priority", 0)),
-        "max_attempts": validate.check_max_attempts(options.get("max_attempts", 8)),
-    }
+    spec: dict[str, Any] = {"task": sig.task, "payload": sig.payload}
+    for name in sorted(CALLBACK_OPTIONS):
+        check = BY_NAME[name].check
+        value = options.get(name, DEFAULTS[name])
+        spec[name] = value if check is None else check(value)
+    return spec
