@@ -1,5 +1,5 @@
 """Error codes leaseq itself writes to ``last_error_code`` and the event trail: the one
-source for Python and for the SQL (``queries.sql`` names them as ``{code:NAME}``, checked
+source for Python and for the SQL (``leaseq/sql/queries/`` names them as ``{code:NAME}``, checked
 against this enum when the statements are loaded). Handlers' own codes are free text."""
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_KEY_POLICY,
         validate.check_key_policy,
         ("key_policy",),
-        frozenset({"insert", "keyed", "unique", "arrays", "tick"}),
+        _EVERY_INSERT | {"tick"},
         "a dead head blocks its ordering key (block) or lets it move on (skip)",
     ),
     Option(

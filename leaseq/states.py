@@ -1,6 +1,6 @@
 """The job state machine as pure rules: which transitions exist and what a failure leads to.
 
-No I/O here. The SQL in ``queries.sql`` applies these decisions; tests check them without a
+No I/O here. The SQL in ``leaseq/sql/queries/`` applies these decisions; tests check them without a
 database.
 """
 
@@ -40,7 +40,7 @@ _P, _R, _S = JobStatus.PENDING, JobStatus.RUNNING, JobStatus.SUCCEEDED
 _D, _C = JobStatus.DEAD, JobStatus.CANCELLED
 
 #: Every transition the queue may make, named as the trail names it. The SQL in
-#: ``queries.sql`` writes the events; the stateful test checks every stored event against
+#: ``leaseq/sql/queries/`` writes the events; the stateful test checks every stored event against
 #: this table, and a unit test checks that every event name the SQL writes is in it.
 TRANSITIONS: frozenset[Transition] = frozenset(
     Transition(*t)

@@ -226,7 +226,7 @@ class EnqueueOps(DepsOps):
             rows = self._rows("insert_jobs", arrays, connection)
         else:
             with self._transaction(connection) as conn:
-                self._lock_keys(conn, arrays["ordering_keys"])
+                self._lock_keys(conn, arrays["ordering_key"])
                 rows = self._rows("insert_jobs", arrays, conn)
         return [EnqueueResult.new(row[0]) for row in rows]
 

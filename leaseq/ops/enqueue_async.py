@@ -224,7 +224,7 @@ class AsyncEnqueueOps(AsyncDepsOps):
             rows = await self._rows("insert_jobs", arrays, connection)
         else:
             async with self._transaction(connection) as conn:
-                await self._lock_keys(conn, arrays["ordering_keys"])
+                await self._lock_keys(conn, arrays["ordering_key"])
                 rows = await self._rows("insert_jobs", arrays, conn)
         return [EnqueueResult.new(row[0]) for row in rows]
 

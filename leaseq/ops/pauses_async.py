@@ -1,7 +1,7 @@
 """Durable pauses: pause and resume a queue, a task or an ordering key, list the pauses in
 force and the operator audit trail (``admin_events``).
 
-A pause is a row the claim statement itself checks (queries.sql: ``_not_paused``), so it
+A pause is a row the claim statement itself checks (claim.sql: ``_not_paused``), so it
 holds from its commit, through worker restarts and deploys; no claim of the scope commits
 after the pause did (the barrier in ``pause_barrier``). Running jobs keep their leases and
 finish, unless ``cancel_running`` asks them to stop.

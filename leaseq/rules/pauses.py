@@ -1,6 +1,7 @@
 """Pure rules of pauses: which scope a call names, the Pause and AdminEvent records, and
-their rows. The database side (the claim's check, the barrier) is in queries.sql; the client
-operations are in ``leaseq.ops.pauses_async``.
+their rows. The database side (the claim's check, the barrier) is in
+``leaseq/sql/queries/`` (claim.sql, pauses.sql); the client operations are in
+``leaseq.ops.pauses_async``.
 """
 
 from __future__ import annotations

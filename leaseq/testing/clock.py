@@ -12,7 +12,7 @@ is created, e.g. the queue statistics view), and connections opened without the 
 keep the real clock; Python-side times (``run_at=datetime.now(...)``, a worker's local
 lease deadlines) are not moved either.
 
-The SQL below is test-only, so it lives here rather than in ``leaseq/sql/queries.sql``.
+The SQL below is test-only, so it lives here rather than in ``leaseq/sql/queries/``.
 """
 
 from __future__ import annotations

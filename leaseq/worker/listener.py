@@ -22,7 +22,7 @@ log = logging.getLogger("leaseq.worker")
 
 #: application_name of listener connections, so operators (and tests) can find them.
 LISTENER_APPLICATION_NAME = "leaseq-listener"
-#: The payload that wakes every listener (queries.sql: resume_scope).
+#: The payload that wakes every listener (pauses.sql: resume_scope).
 WAKE_ALL = "*"
 
 
