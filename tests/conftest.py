@@ -70,29 +70,50 @@ def _test_data_dir() -> pathlib.Path:
     return _in_ram[-1]
 
 
+#: Set by the session's controlling process (the only process without ``-n``): whether the
+#: test server ran before the session began, so that only then it is left running.
+_server_was_running: list[bool] = []
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """One test server for the whole session: leaseq's own pytest plugin (the testing kit)
-    and the CLI tests find it through ``LEASEQ_TEST_EMBEDDED_DIR``."""
-    if "LEASEQ_TEST_DSN" not in os.environ:
-        os.environ["LEASEQ_TEST_EMBEDDED_DIR"] = str(_test_data_dir())
+    and the CLI tests find it through ``LEASEQ_TEST_EMBEDDED_DIR``. With ``-n N``
+    (pytest-xdist) the workers share it: any of them starts it on first use (starting is
+    safe to race), and only the controlling process stops it, after every worker ended."""
+    if "LEASEQ_TEST_DSN" in os.environ or _is_xdist_worker(config):
+        return
+    data_dir = _test_data_dir()
+    os.environ["LEASEQ_TEST_EMBEDDED_DIR"] = str(data_dir)
+    with contextlib.suppress(EmbeddedError):
+        _server_was_running.append(EmbeddedServer(data_dir).status().running)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controlling process stops the server this session started, and removes it from
+    RAM (workers never stop it: another may still be using it)."""
+    if "LEASEQ_TEST_DSN" in os.environ or _is_xdist_worker(config):
+        return
+    if not _server_was_running or _server_was_running[0]:
+        return
+    data_dir = pathlib.Path(os.environ["LEASEQ_TEST_EMBEDDED_DIR"])
+    with contextlib.suppress(EmbeddedError):
+        EmbeddedServer(data_dir).stop()
+    if data_dir in _in_ram:
+        shutil.rmtree(data_dir, ignore_errors=True)  # nothing of it stays in RAM
+        data_dir.with_name(data_dir.name + ".lock").unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")
-def dsn() -> Iterator[str]:
+def dsn() -> str:
     configured = os.environ.get("LEASEQ_TEST_DSN")
     if configured:
-        yield configured
-        return
-    data_dir = _test_data_dir()
-    server = EmbeddedServer(data_dir)
-    was_running = server.status().running
-    url = server.ensure_running()
-    yield url
-    if not was_running:
-        server.stop()
-        if data_dir in _in_ram:  # nothing of it stays in RAM
-            shutil.rmtree(data_dir, ignore_errors=True)
-            data_dir.with_name(data_dir.name + ".lock").unlink(missing_ok=True)
+        return configured
+    # Started on first use by whichever process needs it; stopped by pytest_unconfigure.
+    return EmbeddedServer(pathlib.Path(os.environ["LEASEQ_TEST_EMBEDDED_DIR"])).ensure_running()
 
 
 @pytest.fixture(scope="session")

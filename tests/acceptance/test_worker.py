@@ -262,6 +262,10 @@ def test_cli_worker_burst_drains_and_reports(dsn: str, schema: str, client: leas
     assert left == 0
 
 
+def _has_line(path: pathlib.Path) -> bool:
+    return path.exists() and path.read_text().endswith("\n")
+
+
 def test_seed_2_worker_killed_after_claim_is_reclaimed_and_runs_once_more(
     dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
 ) -> None:
@@ -283,9 +287,11 @@ def test_seed_2_worker_killed_after_claim_is_reclaimed_and_runs_once_more(
     )
     try:
         deadline = time.monotonic() + 30
-        while not marker.exists() and time.monotonic() < deadline:
+        # The whole line, not just the file: the handler creates the file, then writes it;
+        # a kill in between left an empty first run (seen on a loaded machine).
+        while not _has_line(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert marker.exists(), "the worker never started the job"
+        assert _has_line(marker), "the worker never started the job"
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(10)
     finally:
