@@ -82,7 +82,7 @@ def test_readme_keeps_the_two_setup_commands_for_ci() -> None:
     readme = (ROOT / "README.md").read_text("utf-8")
     for marker, command_tail in (
         ("demo", ".venv/bin/leaseq demo"),
-        ("test", ".venv/bin/python -m pytest"),
+        ("test", ".venv/bin/python -m pytest -n 4 --dist loadfile"),
     ):
         m = re.search(rf"^<!-- command:{marker} -->\n```sh\n(.+)\n```$", readme, re.MULTILINE)
         assert m, f"README lost the command:{marker} marker or its sh fence"
