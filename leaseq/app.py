@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 
 from leaseq import validate as checks
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
+from leaseq.codec import Encryption, Keyring
 from leaseq.errors import ConfigError, PayloadError
 from leaseq.jobspec import DEFAULTS, SIG_OPTIONS, EnqueueOptions, unknown_options
+from leaseq.payload_store import S3Store, check_offload
 from leaseq.redact import Redactor, default_redact
 from leaseq.retry import Classifier, ErrorRules, RetryPolicy
 from leaseq.routed import RoutedClient
@@ -55,6 +57,7 @@ class TaskOptions(TypedDict, total=False):
     store_result: bool
     result_ttl: float | dt.timedelta
     result_limit: int
+    encrypt: bool
 
 
 #: How long a stored result is kept by default (docs/results.md).
@@ -82,6 +85,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "store_result": False,
     "result_ttl": RESULT_TTL,
     "result_limit": RESULT_LIMIT,
+    "encrypt": False,
 }
 
 
@@ -144,6 +148,13 @@ class Task:
         ttl = result_ttl.total_seconds() if isinstance(result_ttl, dt.timedelta) else result_ttl
         self.result_ttl = checks.check_positive_seconds("result_ttl", ttl, 10 * 365 * 86400.0)
         self.result_limit = checks.check_int("result_limit", o["result_limit"], 2, 256 << 20)
+        #: Payloads, results and effect records of this task are sealed (docs/encryption.md).
+        self.encrypt = bool(o["encrypt"])
+        if self.encrypt and app.keyring is None:
+            raise ConfigError(
+                f"task {name!r} encrypts but no encryption keys are configured: set "
+                "LEASEQ_ENCRYPTION_KEYS or App(encryption_keys=...) (`leaseq keys generate`)"
+            )
 
     def __call__(self, ctx: JobContext, payload: Any) -> Any:
         return self.fn(ctx, payload)
@@ -209,12 +220,23 @@ class App:
         prepare: bool = True,
         tracing: Tracing | None = None,
         queues: Mapping[str, str] | None = None,
+        encryption_keys: Sequence[str] | None = None,
+        encrypt: bool = False,
+        offload_above: int | None = None,
+        payload_store: S3Store | None = None,
     ) -> None:
         """``error_rules`` map exception types to a failure class (permanent, transient,
         unknown) for every task; a task's own ``errors=`` are consulted first. ``tracing``:
         hooks around enqueues and attempts (``leaseq.tracing``; e.g. leaseq[otel]).
         ``queues``: queues on other databases than ``dsn`` (queue -> DSN): tasks enqueue
-        there, and ``leaseq worker`` serves each from its database (``leaseq.rules.routing``)."""
+        there, and ``leaseq worker`` serves each from its database (``leaseq.rules.routing``).
+
+        ``encryption_keys`` (else ``LEASEQ_ENCRYPTION_KEYS``; newest first): the keys that
+        seal and open values at rest; ``encrypt=True`` seals every task's payloads, results
+        and effect records, ``@app.task(encrypt=True)`` one task's (docs/encryption.md).
+        ``offload_above``: payloads over this many bytes are kept out of the jobs table, in
+        ``payload_store`` (default: the ``payloads`` table; or ``leaseq.S3Store``;
+        docs/payloads.md)."""
         self.dsn = dsn
         #: Queue -> DSN of the queues that live on another database than ``dsn``.
         self.queue_dsns: dict[str, str] = dict(queues or {})
@@ -223,6 +245,18 @@ class App:
         Classifier.build(error_rules, None)  # check the rules now, not at the first failure
         self.error_rules = error_rules
         self.redact = redact
+        #: The keys of this app's processes (None: none configured): they open whatever is
+        #: sealed, whichever task sealed it.
+        self.keyring = (
+            Keyring(encryption_keys) if encryption_keys is not None else Keyring.from_env()
+        )
+        self.encrypt_all = bool(encrypt)
+        if self.encrypt_all and self.keyring is None:
+            raise ConfigError(
+                "App(encrypt=True) needs encryption keys: set LEASEQ_ENCRYPTION_KEYS or pass "
+                "encryption_keys (`leaseq keys generate`)"
+            )
+        self.offload_above, self.payload_store = check_offload(offload_above, payload_store)
         #: False behind PgBouncer in transaction pooling mode (see AsyncClient).
         self.prepare = prepare
         self.tracing = tracing
@@ -233,6 +267,13 @@ class App:
         self._async_client: AsyncClient | None = None
         self._router: RoutedClient | None = None
         self._async_router: AsyncRoutedClient | None = None
+
+    def _encrypts(self, task: str) -> bool:
+        """Are this task's values sealed? (Every task's with ``App(encrypt=True)``.)"""
+        if self.encrypt_all:
+            return True
+        found = self.tasks.get(task)
+        return found is not None and found.encrypt
 
     def unique_conflicts(self) -> dict[str, int]:
         """Unique-key conflicts resolved by this app's clients so far, by outcome."""
@@ -251,6 +292,11 @@ class App:
             "redact": self.redact,
             "prepare": self.prepare,
             "tracing": self.tracing,
+            "encryption": None
+            if self.keyring is None
+            else Encryption(self.keyring, tasks=self._encrypts),
+            "offload_above": self.offload_above,
+            "payload_store": self.payload_store,
         }
 
     @property

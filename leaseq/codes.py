@@ -42,3 +42,9 @@ class ErrorCode(StrEnum):
     RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
     #: The handler's return value cannot be stored as JSON (store_result=True).
     RESULT_INVALID = "RESULT_INVALID"
+    #: A sealed (encrypted) value names a key the process does not have (docs/encryption.md).
+    ENCRYPTION_KEY_MISSING = "ENCRYPTION_KEY_MISSING"
+    #: A sealed value did not authenticate under its key: changed, or sealed as another kind.
+    ENCRYPTION_FAILED = "ENCRYPTION_FAILED"
+    #: An offloaded payload is not in its store (deleted by hand, or a store that lost it).
+    PAYLOAD_MISSING = "PAYLOAD_MISSING"

@@ -19,6 +19,15 @@ class PayloadError(LeaseqError):
     """A payload cannot be stored: not JSON-serialisable, or larger than the limit."""
 
 
+class EncryptionError(LeaseqError):
+    """A sealed value cannot be opened: its key is missing, or it does not authenticate.
+    ``code`` is the ErrorCode a job that meets it ends dead with."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class DatabaseUnavailable(LeaseqError):
     """The database cannot be reached (bad DSN, server down, authentication refused)."""
 

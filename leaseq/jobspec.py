@@ -381,12 +381,17 @@ def schedule(run_at: object, delay: object) -> tuple[dt.datetime | None, float]:
 _SIMPLE_CHECKS = tuple((o.name, o.check) for o in OPTIONS if o.check is not None)
 
 
-def job_params(job: Mapping[str, Any], payload_limit: int) -> dict[str, Any]:
+def job_params(
+    job: Mapping[str, Any],
+    payload_limit: int,
+    seal: Callable[[str, str], str] | None = None,
+) -> dict[str, Any]:
     """The checked parameters of one job (every field of :func:`job_fields`) for the
     insert statements: each option under its own name, run_at/delay as one schedule,
     ``unique`` the checked unique options (None without a unique key), ``deps`` the
     checked edges (None without dependencies), ``reschedule`` whether run_at or delay was
-    given. Runs for every job of a bulk enqueue: kept to one pass of plain lookups."""
+    given. ``seal``: (task, payload JSON) -> the text stored (the client's encryption).
+    Runs for every job of a bulk enqueue: kept to one pass of plain lookups."""
     unique = None
     given = tuple(job[name] for name in UNIQUE_FIELDS)
     if any(v is not None for v in given):
@@ -396,7 +401,8 @@ def job_params(job: Mapping[str, Any], payload_limit: int) -> dict[str, Any]:
     if unique is not None and unique.debounce is not None:
         delay = unique.debounce
     params: dict[str, Any] = {name: check(job[name]) for name, check in _SIMPLE_CHECKS}
-    params["payload"] = validate.encode_payload(job["payload"], payload_limit)
+    payload = validate.encode_payload(job["payload"], payload_limit)
+    params["payload"] = payload if seal is None else seal(params["task"], payload)
     params["run_at"] = run_at
     params["delay"] = delay
     params["unique"] = unique

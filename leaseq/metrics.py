@@ -154,6 +154,22 @@ METRICS: tuple[MetricSpec, ...] = (
         "Schedule ticks this worker's ticker handled: enqueued, or skipped by the catch-up "
         "or overlap policy.",
     ),
+    MetricSpec(
+        "leaseq_payload_objects_deleted_total",
+        "counter",
+        (),
+        "worker",
+        "Offloaded payload objects this worker deleted from the payload store after their "
+        "jobs were pruned or purged (docs/payloads.md).",
+    ),
+    MetricSpec(
+        "leaseq_payload_orphans_removed_total",
+        "counter",
+        (),
+        "worker",
+        "Offloaded payloads no job named (a job deleted by hand, an enqueue that died between "
+        "its upload and its commit) that this worker's orphan sweep removed.",
+    ),
     MetricSpec("leaseq_worker_slots", "gauge", (), "worker", "Handler slots (concurrency)."),
     MetricSpec(
         "leaseq_worker_busy_slots",
@@ -476,6 +492,8 @@ class WorkerMetrics:
         self.late_starts = make("leaseq_late_starts_total")
         self.claim_errors = make("leaseq_claim_errors_total")
         self.schedule_ticks = make("leaseq_schedule_ticks_total")
+        self.payload_objects_deleted = make("leaseq_payload_objects_deleted_total")
+        self.payload_orphans_removed = make("leaseq_payload_orphans_removed_total")
         self.slots = make("leaseq_worker_slots")
         self.busy_slots = make("leaseq_worker_busy_slots")
         self.held_leases = make("leaseq_worker_held_leases")

@@ -31,7 +31,7 @@ REPLACEMENTS: list[tuple[str, str]] = [
     (r"\basync def\b", "def"),
     (r"\basync with\b", "with"),
     (r"\basync for\b", "for"),
-    (r"\bawait asyncio\.to_thread\((\w+), ", r"\1("),
+    (r"\bawait asyncio\.to_thread\(([\w.]+), ", r"\1("),
     (r"\bawait asyncio\.sleep\(", "time.sleep("),
     (r"\bawait ", ""),
     # AsyncConnectionPool, AsyncConnection, AsyncIterator, AsyncClient, AsyncLeaseOps, ...
@@ -55,6 +55,7 @@ INPUTS = (
     "leaseq/ops/base_async.py",
     "leaseq/ops/reads_async.py",
     "leaseq/ops/ending_async.py",
+    "leaseq/ops/payloads_async.py",
     "leaseq/ops/enqueue_async.py",
     "leaseq/ops/deps_async.py",
     "leaseq/ops/batches_async.py",

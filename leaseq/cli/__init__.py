@@ -24,7 +24,7 @@ from typing import NoReturn
 import click
 import psycopg
 
-from leaseq.cli import admin, jobs, limits, pauses, workflows
+from leaseq.cli import admin, crypto, jobs, limits, pauses, workflows
 from leaseq.cli.demo import demo
 from leaseq.cli.schedules import schedules
 from leaseq.cli.settings import EXIT_FAILED, EXIT_USAGE, Settings
@@ -88,6 +88,9 @@ def cli(ctx: click.Context, /, verbose: int, log_format: str, **_: object) -> No
     ctx.obj = settings
     ctx.call_on_close(settings.close)
 
+
+for _key_command in crypto.KEY_COMMANDS:
+    jobs.keys.add_command(_key_command)
 
 for _command in (
     *admin.COMMANDS,

@@ -15,6 +15,7 @@ from leaseq.cli.render import age, emit_json, table
 from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
 from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
 from leaseq.cli.workflows import workflow_fields, workflow_lines
+from leaseq.codec import shown
 from leaseq.errors import ConfigError
 from leaseq.jobspec import DEFAULTS
 from leaseq.models import Job
@@ -118,7 +119,7 @@ def jobs() -> None:
 
 def _job_lines(job: Job) -> list[str]:
     fields = job.as_dict()
-    payload = json.dumps(fields.pop("payload"), default=str)
+    payload = json.dumps(shown(fields.pop("payload")), default=str)
     lines = [f"{k:20} {v}" for k, v in fields.items() if k != "last_error_detail"]
     lines.append(f"{'payload':20} {payload if len(payload) <= 500 else payload[:497] + '...'}")
     if job.last_error_detail:
@@ -372,7 +373,7 @@ def cancel(settings: Settings, job_id: int, reason: str | None, actor: str) -> N
 
 @click.group()
 def keys() -> None:
-    """Ordering keys: which are blocked by a dead head, and moving past one."""
+    """Ordering keys (blocked by a dead head, skip one) and encryption keys (generate, rotate)."""
 
 
 @keys.command("blocked")

@@ -20,10 +20,12 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from leaseq import validate
+from leaseq.codec import Encryption
 from leaseq.dsn import describe_dsn, resolve_dsn, warn_multi_host
 from leaseq.errors import DatabaseUnavailable, SchemaError
 from leaseq.ops.reads import ReadPool, Reads, Row, run_statement
 from leaseq.params import notify_channel
+from leaseq.payload_store import S3Store, check_offload
 from leaseq.redact import Redactor, default_redact
 from leaseq.retry import RetryPolicy
 from leaseq.rows import configure_json
@@ -87,6 +89,9 @@ class ClientBase:
         tracing: Tracing | None = None,
         generic_plans: bool = False,
         read_dsn: str | None = None,
+        encryption: Encryption | None = None,
+        offload_above: int | None = None,
+        payload_store: S3Store | None = None,
     ) -> None:
         """``prepare=False`` turns server-side prepared statements off: needed behind
         PgBouncer in transaction pooling mode (before 1.21), where the next statement of a
@@ -96,7 +101,12 @@ class ClientBase:
         (the worker's claims and fenced writes; see ``_configure_generic_plans``).
         ``read_dsn``: a read replica (a streaming standby) for the inspection reads (jobs,
         events, queue stats, pauses, limits, schedules, the dashboard); writes and the
-        reads that must see them stay on ``dsn`` (see ``leaseq.ops.reads``)."""
+        reads that must see them stay on ``dsn`` (see ``leaseq.ops.reads``).
+        ``encryption``: which tasks' payloads, results and effect records are sealed, and
+        the keys that seal and open them (``leaseq.codec``, docs/encryption.md).
+        ``offload_above``: payloads larger than this many bytes are kept out of the jobs
+        table, in ``payload_store`` (None: the ``payloads`` table; or ``leaseq.S3Store``;
+        docs/payloads.md)."""
         self.schema = check_schema_name(schema)
         #: Scrubs secrets from error details before they are stored (None: store as is).
         self.redact = redact
@@ -114,6 +124,10 @@ class ClientBase:
         self._prepare = prepare
         self._generic_plans = generic_plans and prepare
         self.tracing = tracing
+        self.encryption = encryption
+        #: The keys that open sealed values (those of ``encryption``, if any).
+        self.keyring = encryption.keyring if encryption is not None else None
+        self.offload_above, self.payload_store = check_offload(offload_above, payload_store)
         self._pool: ConnectionPool[Connection[TupleRow]] | None = None
         self._lock = threading.Lock()
         #: Queues whose claim_jobs could not claim (limits it leaves to admit(), or a slot

@@ -23,6 +23,7 @@ from leaseq.jobspec import (
     job_params,
 )
 from leaseq.ops.deps_async import AsyncDepsOps
+from leaseq.ops.payloads_async import AsyncPayloadOps
 from leaseq.rules.unique import EnqueueResult, holder_state, resolve_conflict, unique_params
 from leaseq.tracing import Carrier
 
@@ -30,7 +31,7 @@ from leaseq.tracing import Carrier
 UNIQUE_ATTEMPTS = 20
 
 
-class AsyncEnqueueOps(AsyncDepsOps):
+class AsyncEnqueueOps(AsyncDepsOps, AsyncPayloadOps):
     async def enqueue(
         self,
         task: str,
@@ -65,19 +66,57 @@ class AsyncEnqueueOps(AsyncDepsOps):
         or ``ignore`` that dependency. An unknown id is refused. ``batch_id``: the job
         joins that open batch (see ``batch()``). See docs/workflows.md.
         """
-        params = job_params(
-            job_fields({"task": task, "payload": payload, **options}), self.payload_limit
-        )
+        fields = job_fields({"task": task, "payload": payload, **options})
+        params = job_params(fields, self.payload_limit, self._payload_sealer())
         params["channel"] = self.channel
-        if self.tracing is None:
+        uploaded = await self._offload([params])
+        if self.tracing is None and "offload" not in params:
             return await self._insert_one(params, connection)
-        with self.tracing.send([(params["queue"], params["task"])]) as scope:
-            async with self._transaction(connection) as conn:
-                job_id = await self._insert_one(params, conn)
-                if job_id.inserted:  # a conflict stored nothing: the holder keeps its trace
-                    await self._set_trace_contexts(conn, [job_id], scope.carriers)
-            scope.sent([job_id])
-        return job_id
+        return (await self._enqueue_together([params], connection, uploaded, single=True))[0]
+
+    async def _enqueue_together(
+        self,
+        params_list: list[dict[str, Any]],
+        connection: AsyncConnection[Any] | None,
+        uploaded: list[str],
+        *,
+        single: bool,
+    ) -> list[EnqueueResult]:
+        """The inserts, the offloaded payloads' rows and the tracing context, in one
+        transaction (the caller's, when given). Objects uploaded for an enqueue that does
+        not commit, or that no job took (a unique key held), are deleted again."""
+        unused: list[str] = []
+        try:
+            if self.tracing is None:
+                async with self._transaction(connection) as conn:
+                    ids = await self._insert_some(params_list, conn, single)
+                    unused = await self._store_offloaded(conn, ids, params_list)
+            else:
+                jobs = [(p["queue"], p["task"]) for p in params_list]
+                with self.tracing.send(jobs) as scope:
+                    async with self._transaction(connection) as conn:
+                        ids = await self._insert_some(params_list, conn, single)
+                        unused = await self._store_offloaded(conn, ids, params_list)
+                        # A conflict stored nothing: the holder keeps its trace.
+                        fresh = [
+                            (i, c) for i, c in zip(ids, scope.carriers, strict=True) if i.inserted
+                        ]
+                        await self._set_trace_contexts(
+                            conn, [i for i, _ in fresh], [c for _, c in fresh]
+                        )
+                    scope.sent(ids)
+        except BaseException:
+            await self._discard_objects(uploaded)
+            raise
+        await self._discard_objects(unused)
+        return ids
+
+    async def _insert_some(
+        self, params_list: list[dict[str, Any]], conn: AsyncConnection[Any], single: bool
+    ) -> list[EnqueueResult]:
+        if single:
+            return [await self._insert_one(params_list[0], conn)]
+        return await self._insert_many(params_list, conn)
 
     async def _insert_one(
         self, params: dict[str, Any], connection: AsyncConnection[Any] | None
@@ -173,18 +212,14 @@ class AsyncEnqueueOps(AsyncDepsOps):
         keys, the items are enqueued one by one in one transaction: a key repeated in the
         batch resolves to its first item's job (as a later ``enqueue`` would).
         """
-        params_list = [job_params(job_fields(job), self.payload_limit) for job in jobs]
+        seal = self._payload_sealer()
+        params_list = [job_params(job_fields(job), self.payload_limit, seal) for job in jobs]
         if not params_list:
             return []
-        if self.tracing is None:
+        uploaded = await self._offload(params_list)
+        if self.tracing is None and not any("offload" in p for p in params_list):
             return await self._insert_many(params_list, connection)
-        with self.tracing.send([(p["queue"], p["task"]) for p in params_list]) as scope:
-            async with self._transaction(connection) as conn:
-                ids = await self._insert_many(params_list, conn)
-                fresh = [(i, c) for i, c in zip(ids, scope.carriers, strict=True) if i.inserted]
-                await self._set_trace_contexts(conn, [i for i, _ in fresh], [c for _, c in fresh])
-            scope.sent(ids)
-        return ids
+        return await self._enqueue_together(params_list, connection, uploaded, single=False)
 
     async def _insert_many(
         self, params_list: list[dict[str, Any]], connection: AsyncConnection[Any] | None

@@ -11,6 +11,7 @@ The synchronous twin of ``leaseq/ops/inspect_async.py``; see that file for the l
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Unpack
@@ -27,12 +28,12 @@ from leaseq.models import (
     QueueStats,
     UniqueKeyHolder,
 )
-from leaseq.ops.base import ClientBase
+from leaseq.ops.payloads import PayloadOps
 from leaseq.params import job_filter
 from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_from_row
 
 
-class InspectOps(ClientBase):
+class InspectOps(PayloadOps):
     def get_job(self, job_id: int, *, connection: Connection[Any] | None = None) -> Job | None:
         """One job, or None. With ``connection`` the read sees that connection's
         transaction; without, it runs on the read replica when there is one."""
@@ -88,7 +89,11 @@ class InspectOps(ClientBase):
         self, job_id: int, name: str, key: str, *, connection: Connection[Any] | None = None
     ) -> EffectRecord | None:
         rows = self._rows("effect_get", {"id": job_id, "name": name, "key": key}, connection)
-        return effect_from_row(rows[0]) if rows else None
+        if not rows:
+            return None
+        record = effect_from_row(rows[0])
+        opened = self._open(record.result, "effect")  # the handler's own record: opened
+        return record if opened is record.result else dataclasses.replace(record, result=opened)
 
     def queues_have_work(self, queues: Sequence[str]) -> bool:
         """True while any of ``queues`` has a pending (even if scheduled) or running job."""

@@ -7,6 +7,7 @@ effect records rely on (``queues_have_work``, ``effect_get``: the primary's own 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Unpack
@@ -23,12 +24,12 @@ from leaseq.models import (
     QueueStats,
     UniqueKeyHolder,
 )
-from leaseq.ops.base_async import AsyncClientBase
+from leaseq.ops.payloads_async import AsyncPayloadOps
 from leaseq.params import job_filter
 from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_from_row
 
 
-class AsyncInspectOps(AsyncClientBase):
+class AsyncInspectOps(AsyncPayloadOps):
     async def get_job(
         self, job_id: int, *, connection: AsyncConnection[Any] | None = None
     ) -> Job | None:
@@ -86,7 +87,11 @@ class AsyncInspectOps(AsyncClientBase):
         self, job_id: int, name: str, key: str, *, connection: AsyncConnection[Any] | None = None
     ) -> EffectRecord | None:
         rows = await self._rows("effect_get", {"id": job_id, "name": name, "key": key}, connection)
-        return effect_from_row(rows[0]) if rows else None
+        if not rows:
+            return None
+        record = effect_from_row(rows[0])
+        opened = self._open(record.result, "effect")  # the handler's own record: opened
+        return record if opened is record.result else dataclasses.replace(record, result=opened)
 
     async def queues_have_work(self, queues: Sequence[str]) -> bool:
         """True while any of ``queues`` has a pending (even if scheduled) or running job."""

@@ -19,6 +19,7 @@ from psycopg import Connection
 from leaseq import validate
 from leaseq.models import Heartbeat, Lease
 from leaseq.ops.ending import EndingOps
+from leaseq.ops.payloads import PayloadOps
 from leaseq.owners import claim_owner
 from leaseq.params import (
     CAREFUL_SECONDS,
@@ -38,7 +39,7 @@ from leaseq.states import JobStatus
 log = logging.getLogger("leaseq.jobs")
 
 
-class LeaseOps(EndingOps):
+class LeaseOps(EndingOps, PayloadOps):
     def claim(
         self,
         queue: str = "default",
@@ -90,6 +91,7 @@ class LeaseOps(EndingOps):
                 self._careful_until[name] = time.monotonic() + CAREFUL_SECONDS
                 careful = True
         leases, unclaimable = leases_from_rows(rows, seconds)
+        leases = self._open_payloads(leases, unclaimable, connection)
         if unclaimable:
             self._end_unclaimable(unclaimable, connection)
         leases.sort(key=lambda lease: (-lease.priority, lease.job_id))
@@ -174,7 +176,9 @@ class LeaseOps(EndingOps):
                 params = {
                     "ids": [x.job_id for x in stored],
                     "tokens": [x.token for x in stored],
-                    "values": [results[x.job_id][0] for x in stored],
+                    "values": [
+                        self._seal_value(x.task, results[x.job_id][0], "result") for x in stored
+                    ],
                     "ttls": [results[x.job_id][1] for x in stored],
                     "channel": results_channel(self.schema),
                 }
@@ -255,7 +259,9 @@ class LeaseOps(EndingOps):
             "name": name,
             "key": key,
             "status": status,
-            "result": validate.encode_payload(result, self.payload_limit),
+            "result": self._seal_value(
+                lease.task, validate.encode_payload(result, self.payload_limit), "effect"
+            ),
             "error": detail(self.redact, error),
         }
         return bool(self._rows("effect_finish", params))

@@ -15,6 +15,7 @@ from psycopg import AsyncConnection
 from leaseq import validate
 from leaseq.models import Heartbeat, Lease
 from leaseq.ops.ending_async import AsyncEndingOps
+from leaseq.ops.payloads_async import AsyncPayloadOps
 from leaseq.owners import claim_owner
 from leaseq.params import (
     CAREFUL_SECONDS,
@@ -34,7 +35,7 @@ from leaseq.states import JobStatus
 log = logging.getLogger("leaseq.jobs")
 
 
-class AsyncLeaseOps(AsyncEndingOps):
+class AsyncLeaseOps(AsyncEndingOps, AsyncPayloadOps):
     async def claim(
         self,
         queue: str = "default",
@@ -86,6 +87,7 @@ class AsyncLeaseOps(AsyncEndingOps):
                 self._careful_until[name] = time.monotonic() + CAREFUL_SECONDS
                 careful = True
         leases, unclaimable = leases_from_rows(rows, seconds)
+        leases = await self._open_payloads(leases, unclaimable, connection)
         if unclaimable:
             await self._end_unclaimable(unclaimable, connection)
         leases.sort(key=lambda lease: (-lease.priority, lease.job_id))
@@ -170,7 +172,9 @@ class AsyncLeaseOps(AsyncEndingOps):
                 params = {
                     "ids": [x.job_id for x in stored],
                     "tokens": [x.token for x in stored],
-                    "values": [results[x.job_id][0] for x in stored],
+                    "values": [
+                        self._seal_value(x.task, results[x.job_id][0], "result") for x in stored
+                    ],
                     "ttls": [results[x.job_id][1] for x in stored],
                     "channel": results_channel(self.schema),
                 }
@@ -255,7 +259,9 @@ class AsyncLeaseOps(AsyncEndingOps):
             "name": name,
             "key": key,
             "status": status,
-            "result": validate.encode_payload(result, self.payload_limit),
+            "result": self._seal_value(
+                lease.task, validate.encode_payload(result, self.payload_limit), "effect"
+            ),
             "error": detail(self.redact, error),
         }
         return bool(await self._rows("effect_finish", params))

@@ -7,8 +7,9 @@ listener), and the outcomes of a job's dependencies. Results are WRITTEN by the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -17,26 +18,33 @@ from psycopg import AsyncConnection, sql
 from leaseq import validate
 from leaseq.errors import JobCancelled, JobDead, JobNotFound, ResultTimeout
 from leaseq.models import JobResult
-from leaseq.ops.base_async import AsyncClientBase
+from leaseq.ops.payloads_async import AsyncPayloadOps
 from leaseq.params import results_channel
 
 
-def _result(job_id: int, row: Sequence[Any]) -> JobResult:
-    return JobResult(job_id, *row)
+def _result(job_id: int, row: Sequence[Any], open_value: Callable[[Any, str], Any]) -> JobResult:
+    """A JobResult from a row; a sealed value is opened (an EncryptionError without its
+    key: a result is never handed over as its envelope)."""
+    found = JobResult(job_id, *row)
+    if found.stored and found.value is not None:
+        opened = open_value(found.value, "result")
+        if opened is not found.value:
+            found = dataclasses.replace(found, value=opened)
+    return found
 
 
-class AsyncResultOps(AsyncClientBase):
+class AsyncResultOps(AsyncPayloadOps):
     async def job_result(self, job_id: int) -> JobResult | None:
         """The job's outcome now (no waiting); None when neither the job nor a stored
         result exists."""
         rows = await self._rows("job_result", {"id": job_id})
-        return _result(job_id, rows[0]) if rows else None
+        return _result(job_id, rows[0], self._open) if rows else None
 
     async def dependency_results(self, job_id: int) -> dict[int, JobResult]:
         """The outcome of each dependency of ``job_id`` (failed ones under on_dead
         ``ignore`` left out), by dependency id."""
         rows = await self._rows("dependency_results", {"id": job_id})
-        return {int(r[0]): _result(int(r[0]), r[1:]) for r in rows}
+        return {int(r[0]): _result(int(r[0]), r[1:], self._open) for r in rows}
 
     async def result(
         self, job_id: int, *, timeout: float | None = None, poll_interval: float = 1.0

@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 16
+-- schema version: 17
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -33,7 +33,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (13, 'limits_cost'),
   (14, 'queue_stats_indexed'),
   (15, 'prune_index'),
-  (16, 'queue_slots');
+  (16, 'queue_slots'),
+  (17, 'payloads');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -882,3 +883,43 @@ FROM {schema}.jobs AS j
 JOIN {schema}.job_deps AS d ON d.job_id = j.id
 LEFT JOIN {schema}.jobs AS p ON p.id = d.depends_on
 WHERE j.waiting;
+
+-- Large payloads kept out of the hot table (version 17, docs/payloads.md).
+-- A payload over the application's offload_above is stored here, or in S3-compatible object
+-- storage with only its object key here; the job row keeps a small marker
+-- ({"leaseq:ref": "pg" | "s3", "bytes": N}) so every claim and every update of the job
+-- reads and writes a few bytes instead of the payload. The enqueue writes the row in the
+-- transaction of the job's insert, so a rolled-back enqueue leaves no row. Retention and
+-- purge delete it with its job, in the same statement; an object's key then goes to
+-- payload_deletes, from which the maintenance service deletes the object (retried until
+-- the store says it is gone). No foreign key: a cascade would run one more statement per
+-- pruned job; the sweep instead removes rows whose job was deleted by hand.
+CREATE TABLE {schema}.payloads (
+  job_id bigint PRIMARY KEY,
+  store text NOT NULL,
+  -- The payload's JSON text (sealed when its task encrypts), for store 'pg'.
+  data text,
+  -- The object key, for store 's3'.
+  object_key text,
+  bytes integer NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  -- The key the payload is sealed with (NULL: plain), so rotation finds it without
+  -- reading it (an object's content is in its store).
+  kid text,
+  CONSTRAINT payloads_store_known CHECK (store IN ('pg', 's3')),
+  CONSTRAINT payloads_where CHECK (
+    (store = 'pg' AND data IS NOT NULL AND object_key IS NULL)
+    OR (store = 's3' AND data IS NULL AND object_key IS NOT NULL))
+);
+
+-- The orphan sweep's question: is an object in the bucket still someone's payload?
+CREATE UNIQUE INDEX payloads_object_key_idx ON {schema}.payloads (object_key)
+  WHERE object_key IS NOT NULL;
+
+-- Objects whose payload row is gone, waiting to be deleted from their store.
+CREATE TABLE {schema}.payload_deletes (
+  object_key text PRIMARY KEY,
+  queued_at timestamptz NOT NULL DEFAULT now(),
+  attempts integer NOT NULL DEFAULT 0,
+  last_error text
+);

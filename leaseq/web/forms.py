@@ -12,6 +12,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from leaseq.codec import RESERVED_KEYS
 from leaseq.states import JobStatus
 
 #: The longest text filter: keys, names and codes are all bounded at or below this.
@@ -79,6 +80,8 @@ def payload(form: Mapping[str, Any]) -> str | None:
         parsed = None
     if not isinstance(parsed, dict | list):
         raise BadInput('payload filter must be a JSON object, e.g. {"user": 7}')
+    if isinstance(parsed, dict) and parsed.keys() & RESERVED_KEYS:
+        raise BadInput("payload filters cannot search encrypted or offloaded payloads")
     normalized = json.dumps(parsed, ensure_ascii=False)
     if "\\u0000" in normalized:
         raise BadInput("payload filter contains a NUL character")

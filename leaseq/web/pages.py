@@ -13,6 +13,7 @@ import psycopg
 from starlette.requests import Request
 from starlette.responses import Response
 
+from leaseq.codec import shown as at_rest
 from leaseq.errors import LeaseqError
 from leaseq.models import Job, QueueStats
 from leaseq.rules.replicas import unknown_lag_line
@@ -27,7 +28,7 @@ def payload_text(web: Web, job: Job) -> str:
     if job.unreadable is not None and isinstance(job.payload, str):
         shown = job.payload
     else:
-        shown = json.dumps(job.payload, indent=2, ensure_ascii=False, default=str)
+        shown = json.dumps(at_rest(job.payload), indent=2, ensure_ascii=False, default=str)
     return web.client.redact(shown) if web.client.redact is not None else shown
 
 

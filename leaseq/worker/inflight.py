@@ -181,6 +181,12 @@ class WorkerEvents:
     def released(self, count: int) -> None:
         self.stats.released += count
 
+    def payload_objects_deleted(self, count: int) -> None:
+        self.metrics.payload_objects_deleted.inc(count)
+
+    def payload_orphans_removed(self, count: int) -> None:
+        self.metrics.payload_orphans_removed.inc(count)
+
     def ticked(self, result: TickRound) -> None:
         """A schedule ticker round (leaseq.worker.maintenance.Ticker)."""
         self.stats.ticks_enqueued += result.enqueued

@@ -1,4 +1,5 @@
-"""Periodic maintenance services: sweeper, priority aging, pruner.
+"""Periodic maintenance services: sweeper, priority aging, pruner, schedule ticker, and the
+payload store's upkeep.
 
 Each is a ``PeriodicService``: run ``tick()`` every ``interval`` seconds, each statement
 bounded by ``timeout``, database outages reported through the shared ``Outage`` (one log
@@ -221,6 +222,47 @@ class Ticker(PeriodicService):
             self._wait = min(max(result.next_in, TICKER_MIN_WAIT), TICKER_MAX_WAIT)
 
 
+class PayloadUpkeep(PeriodicService):
+    """The payload store's upkeep (docs/payloads.md): deletes the objects whose jobs were
+    pruned or purged (retried until the store confirms), and removes what no job names
+    (rows of jobs deleted by hand, objects of enqueues that died between upload and
+    commit) once older than ``ORPHAN_GRACE``. Counted in leaseq_payload_objects_deleted_total
+    and leaseq_payload_orphans_removed_total."""
+
+    name = "payload upkeep"
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        outage: Outage,
+        events: WorkerEvents,
+        *,
+        interval: float,
+        timeout: float,
+    ) -> None:
+        super().__init__(client, outage, interval=interval, timeout=timeout, first_delay=interval)
+        self.events = events
+        self._last_orphan_sweep = 0.0
+
+    async def tick(self) -> None:
+        while True:
+            async with asyncio.timeout(self.timeout):
+                deleted = await self.client.delete_payload_objects(limit=500)
+            self.events.payload_objects_deleted(deleted)
+            if deleted < 500:
+                break
+        if time.monotonic() - self._last_orphan_sweep >= ORPHAN_SWEEP_EVERY:
+            async with asyncio.timeout(self.timeout):
+                removed = await self.client.sweep_orphan_payloads()
+            self._last_orphan_sweep = time.monotonic()
+            self.events.payload_orphans_removed(removed)
+
+
+#: How often the orphan sweep lists the payload store (a listing is a request per 1,000
+#: objects).
+ORPHAN_SWEEP_EVERY = 600.0
+
+
 def services(
     config: WorkerConfig,
     client: AsyncClient,
@@ -249,6 +291,10 @@ def services(
         )
     if config.schedules:
         found.append(Ticker(client, outage, events, timeout=timeout))
+    if client.offload_above is not None:
+        found.append(
+            PayloadUpkeep(client, outage, events, interval=config.sweep_interval, timeout=timeout)
+        )
     if config.retention is not None:
         found.append(
             Pruner(

@@ -129,7 +129,9 @@ WITH doomed AS (
   FOR UPDATE SKIP LOCKED
 ), gone AS (
   DELETE FROM {schema}.jobs AS j USING doomed WHERE j.id = doomed.id RETURNING j.id
-)
+), batch AS (
+  SELECT ARRAY(SELECT id FROM doomed) AS ids
+), {_payloads_deleted}
 INSERT INTO {schema}.job_events
   (job_id, event, from_status, actor, lease_token, attempt, detail)
 SELECT doomed.id, 'purged', doomed.status, %(actor)s, doomed.lease_token,
@@ -138,7 +140,8 @@ FROM doomed JOIN gone ON gone.id = doomed.id
 RETURNING job_id;
 
 -- name: prune_finished
--- Retention: removes succeeded and cancelled jobs older than the cut-off, and their trail,
+-- Retention: removes succeeded and cancelled jobs older than the cut-off, their trail and
+-- offloaded payloads (_payloads_deleted),
 -- in bounded batches. It locks only finished rows (SKIP LOCKED), which no claim touches,
 -- so pruning never delays a claim. It reads jobs_prunable_idx oldest first and stops at
 -- the cut-off: a batch reads about the rows it deletes, not the retention window or the
@@ -161,6 +164,6 @@ WITH doomed AS (
   DELETE FROM {schema}.job_events AS e WHERE e.job_id = ANY((SELECT ids FROM batch)::bigint[])
 ), effects AS (
   DELETE FROM {schema}.job_effects AS f WHERE f.job_id = ANY((SELECT ids FROM batch)::bigint[])
-)
+), {_payloads_deleted}
 DELETE FROM {schema}.jobs AS j WHERE j.id = ANY((SELECT ids FROM batch)::bigint[])
 RETURNING j.id;
