@@ -9,6 +9,7 @@ never overwrite the job's state.
 from leaseq.app import App, Task
 from leaseq.client import Client
 from leaseq.client_async import AsyncClient
+from leaseq.codec import Encryption
 from leaseq.errors import (
     ConfigError,
     DatabaseUnavailable,
@@ -40,6 +41,7 @@ from leaseq.models import (
     QueueStats,
     SweepResult,
 )
+from leaseq.payload_store import S3Store
 from leaseq.retry import RetryPolicy
 from leaseq.routed import RoutedBatch, RoutedClient
 from leaseq.routed_async import AsyncRoutedBatch, AsyncRoutedClient
@@ -85,6 +87,7 @@ __all__ = [
     "EffectNotPerformed",
     "EffectRecord",
     "EmbeddedError",
+    "Encryption",
     "EnqueueOptions",
     "EnqueueResult",
     "Failure",
@@ -124,6 +127,7 @@ __all__ = [
     "RoutedBatch",
     "RoutedClient",
     "RoutedResult",
+    "S3Store",
     "Schedule",
     "ScheduleTick",
     "SchemaError",

@@ -70,7 +70,7 @@ class AsyncEnqueueOps(AsyncDepsOps, AsyncPayloadOps):
         params = job_params(fields, self.payload_limit, self._payload_sealer())
         params["channel"] = self.channel
         uploaded = await self._offload([params])
-        if self.tracing is None and "offload" not in params:
+        if self.tracing is None and not self._stores_payloads([params]):
             return await self._insert_one(params, connection)
         return (await self._enqueue_together([params], connection, uploaded, single=True))[0]
 
@@ -217,7 +217,7 @@ class AsyncEnqueueOps(AsyncDepsOps, AsyncPayloadOps):
         if not params_list:
             return []
         uploaded = await self._offload(params_list)
-        if self.tracing is None and not any("offload" in p for p in params_list):
+        if self.tracing is None and not self._stores_payloads(params_list):
             return await self._insert_many(params_list, connection)
         return await self._enqueue_together(params_list, connection, uploaded, single=False)
 

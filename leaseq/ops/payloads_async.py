@@ -111,6 +111,14 @@ class AsyncPayloadOps(AsyncClientBase):
             await asyncio.to_thread(store.put_many, uploads)
         return [k for k, _ in uploads]
 
+    def _stores_payloads(self, params_list: Sequence[dict[str, Any]]) -> bool:
+        """Must these jobs' enqueue also write the payload store? Yes for an offloaded
+        payload, and, where payloads are offloaded, for a unique key's replace (the holder's
+        old payload may be in the store)."""
+        if self.offload_above is None:
+            return False
+        return any("offload" in p or p["unique"] is not None for p in params_list)
+
     async def _store_offloaded(
         self, conn: AsyncConnection[Any], ids: Sequence[Any], params_list: Sequence[dict[str, Any]]
     ) -> list[str]:

@@ -27,10 +27,12 @@ WITH u AS (
               %(object_keys)s::text[], %(bytes)s::int[], %(kids)s::text[])
     AS u(job_id, store, data, object_key, bytes, kid)
 ), old AS (
+  -- The rows as they were: every part of a statement reads one snapshot, taken before its
+  -- changes (a FOR UPDATE here would follow ins's update and see nothing). The job rows
+  -- are locked already (their insert, or the replace's update), so no one else races.
   SELECT p.job_id, p.object_key
   FROM {schema}.payloads AS p
   WHERE p.job_id = ANY(%(ids)s::bigint[])
-  FOR UPDATE
 ), ins AS (
   INSERT INTO {schema}.payloads AS p (job_id, store, data, object_key, bytes, kid)
   SELECT job_id, store, data, object_key, bytes, kid FROM u
