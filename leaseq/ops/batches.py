@@ -11,6 +11,7 @@ The synchronous twin of ``leaseq/ops/batches_async.py``; see that file for the l
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -60,7 +61,7 @@ class BatchOps(EnqueueOps):
         cancelled, ``on_finish`` always; each receives {"batch_id", "kind", "total",
         "succeeded", "dead", "cancelled", "payload"} (payload: the signature's own)."""
         params = {
-            kind: None if spec is None else validate.encode_payload(spec)
+            kind: None if spec is None else validate.encode_payload(self._sealed_spec(spec))
             for kind, spec in (
                 ("on_success", callback_spec(on_success)),
                 ("on_failure", callback_spec(on_failure)),
@@ -68,6 +69,14 @@ class BatchOps(EnqueueOps):
             )
         }
         return int((self._rows("create_batch", params))[0][0])
+
+    def _sealed_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """A callback's payload sealed when its task encrypts: the database puts it, as
+        stored, into the callback job's payload when the batch fires (the claim opens it)."""
+        if self.encryption is None or not self.encryption.applies(spec["task"]):
+            return spec
+        text = validate.encode_payload(spec["payload"], self.payload_limit)
+        return {**spec, "payload": json.loads(self.encryption.keyring.seal(text, "payload"))}
 
     def seal_batch(self, batch_id: int) -> bool:
         """Close the batch to new jobs and fire it if its jobs have all ended."""

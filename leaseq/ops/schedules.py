@@ -10,16 +10,19 @@ The synchronous twin of ``leaseq/ops/schedules_async.py``; see that file for the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from psycopg import Connection
 
 from leaseq import validate
-from leaseq.errors import ConfigError
-from leaseq.ops.base import ClientBase
+from leaseq.codec import is_sealed
+from leaseq.errors import ConfigError, EncryptionError
+from leaseq.ops.payloads import PayloadOps
 from leaseq.rules.schedules import (
     ORDERING_PREFIX,
     Schedule,
@@ -35,7 +38,7 @@ from leaseq.rules.schedules import (
 UNFINISHED = ("pending", "running")
 
 
-class ScheduleOps(ClientBase):
+class ScheduleOps(PayloadOps):
     # -- the ticker ---------------------------------------------------------------------
 
     def tick_schedules(self, *, limit: int = 100) -> TickRound:
@@ -131,8 +134,18 @@ class ScheduleOps(ClientBase):
         refused: list[str] = []
         with self._transaction() as conn:
             ((now,),) = self._rows("db_now", None, conn)
+            stored = {}
+            if self.encryption is not None:
+                stored = {
+                    r.name: r.definition.payload
+                    for r in map(
+                        schedule_from_row, self._rows("list_schedules", {"name": None}, conn)
+                    )
+                }
             for d in sorted(declared, key=lambda d: d.name):
-                params = d.params(d.timing.next_after(now), actor)
+                params = self._schedule_params(
+                    d, d.timing.next_after(now), actor, stored.get(d.name)
+                )
                 if not self._rows("upsert_code_schedule", params, conn):
                     refused.append(d.name)
             params = {
@@ -201,7 +214,7 @@ class ScheduleOps(ClientBase):
         )
         with self._transaction(connection) as conn:
             ((now,),) = self._rows("db_now", None, conn)
-            params = d.params(d.timing.next_after(now), actor)
+            params = self._schedule_params(d, d.timing.next_after(now), actor)
             if not self._rows("insert_schedule", params, conn):
                 raise ConfigError(f"a schedule named {name!r} already exists")
             self._audit(conn, actor, "schedule.add", name, d.timing.describe(), reason)
@@ -346,6 +359,23 @@ class ScheduleOps(ClientBase):
 
     # -- helpers ------------------------------------------------------------------------
 
+    def _schedule_params(
+        self, d: ScheduleDef, next_tick: Any, actor: str | None, stored: Any = None
+    ) -> dict[str, Any]:
+        """A schedule's parameters, its payload sealed when its task encrypts (its tick jobs
+        copy it as stored). The stored envelope is kept when it holds the same payload, so a
+        code schedule declared again at every worker start does not change."""
+        params = d.params(next_tick, actor)
+        if self.encryption is None or not self.encryption.applies(d.task) or is_sealed(d.payload):
+            return params
+        if is_sealed(stored):
+            with contextlib.suppress(EncryptionError):
+                if self._open(stored, "payload") == d.payload:
+                    params["payload"] = json.dumps(stored)
+                    return params
+        params["payload"] = self.encryption.keyring.seal(d.payload_text, "payload")
+        return params
+
     def _locked(self, conn: Connection[Any], name: str) -> Schedule:
         found = self._rows("lock_schedule", {"name": name}, conn)
         if not found:
@@ -359,7 +389,8 @@ class ScheduleOps(ClientBase):
         from now: what was missed meanwhile is not caught up."""
         fresh = new.timing != current.definition.timing or (new.enabled and not current.enabled)
         next_tick = new.timing.next_after(current.read_at) if fresh else current.next_tick
-        self._rows("update_schedule", new.params(next_tick, actor), conn)
+        params = self._schedule_params(new, next_tick, actor, current.definition.payload)
+        self._rows("update_schedule", params, conn)
 
     def _set_enabled(
         self,

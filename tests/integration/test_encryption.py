@@ -222,3 +222,37 @@ def test_encrypting_without_keys_is_a_one_line_error_at_declaration(
         app.task(name="t", encrypt=True)(lambda ctx, payload: None)
     with pytest.raises(leaseq.ConfigError, match="needs encryption keys"):
         leaseq.App(dsn, schema=schema, encrypt=True)
+
+
+def test_schedules_and_batch_callbacks_carry_their_payloads_sealed(dsn: str, schema: str) -> None:
+    app = _app(dsn, schema, [NEW])
+    seen: list[Any] = []
+
+    @app.task(name="report", encrypt=True)
+    def report(ctx: leaseq.JobContext, payload: Any) -> None:
+        seen.append(payload)
+
+    @app.task(name="member")
+    def member(ctx: leaseq.JobContext, payload: Any) -> None:
+        pass
+
+    app.client.schedule_add("nightly", task="report", every=3600, payload=SECRET)
+    (stored,) = rows(dsn, "SELECT payload FROM {s}.schedules", schema)
+    assert is_sealed(stored[0])
+    # A code schedule declared again (every worker start) keeps its envelope: not "changed".
+    app.schedule("hourly", task=report, every=3600, payload=SECRET)
+    app.client.sync_code_schedules(app.schedule_defs(), ["report"], actor="w1")
+    first = rows(dsn, "SELECT payload, updated_by FROM {s}.schedules WHERE name='hourly'", schema)
+    app.client.sync_code_schedules(app.schedule_defs(), ["report"], actor="w2")
+    again = rows(dsn, "SELECT payload, updated_by FROM {s}.schedules WHERE name='hourly'", schema)
+    assert first == again and is_sealed(first[0][0])
+    app.client.schedule_run_now("nightly", actor="test")
+
+    with app.client.batch(on_success=report.sig(SECRET)) as batch:
+        batch.enqueue("member", None)
+    (callback_spec,) = rows(dsn, "SELECT on_success FROM {s}.batches", schema)
+    assert is_sealed(callback_spec[0]["payload"])
+    _drain(app)
+    assert SECRET in seen  # the schedule's run
+    (callback,) = [p for p in seen if isinstance(p, dict) and "batch_id" in p]
+    assert callback["payload"] == SECRET and callback["succeeded"] == 1
