@@ -18,6 +18,7 @@ from leaseq.ops.limits import LimitOps
 from leaseq.ops.pauses import PauseOps
 from leaseq.ops.results import ResultOps
 from leaseq.ops.schedules import ScheduleOps
+from leaseq.ops.steps import StepOps
 from leaseq.ops.trace import TraceOps
 from leaseq.ops.web import WebOps
 from leaseq.params import notify_channel
@@ -38,6 +39,7 @@ class Client(
     TraceOps,
     WebOps,
     LimitOps,
+    StepOps,
 ):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 

@@ -2,7 +2,8 @@
 
 The client is its groups of operations combined (``leaseq.ops``: enqueue, the lease
 protocol, failures and the sweep, inspection, operator actions, pauses, schedules, limits,
-stored results, tracing contexts, the dashboard's reads) over one base that owns the pool.
+stored results, tracing contexts, the dashboard's reads, step records) over one base that
+owns the pool.
 ``leaseq/client.py`` (the sync ``Client``) is generated from this file, and each
 ``leaseq/ops/*_async.py`` to its sync twin, by ``tools/gen_sync.py``; a test fails when
 they disagree.
@@ -21,6 +22,7 @@ from leaseq.ops.limits_async import AsyncLimitOps
 from leaseq.ops.pauses_async import AsyncPauseOps
 from leaseq.ops.results_async import AsyncResultOps
 from leaseq.ops.schedules_async import AsyncScheduleOps
+from leaseq.ops.steps_async import AsyncStepOps
 from leaseq.ops.trace_async import AsyncTraceOps
 from leaseq.ops.web_async import AsyncWebOps
 from leaseq.params import notify_channel
@@ -41,6 +43,7 @@ class AsyncClient(
     AsyncTraceOps,
     AsyncWebOps,
     AsyncLimitOps,
+    AsyncStepOps,
 ):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 

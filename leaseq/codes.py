@@ -48,3 +48,10 @@ class ErrorCode(StrEnum):
     ENCRYPTION_FAILED = "ENCRYPTION_FAILED"
     #: An offloaded payload is not in its store (deleted by hand, or a store that lost it).
     PAYLOAD_MISSING = "PAYLOAD_MISSING"
+    #: A handler called ``ctx.step`` twice with one name in one run (or a step inside a step).
+    STEP_NAME_REUSED = "STEP_NAME_REUSED"
+    #: A handler's steps came in another order than the one its earlier attempts recorded
+    #: (the code changed under an in-flight job: branch with ``ctx.patched``).
+    STEP_OUT_OF_ORDER = "STEP_OUT_OF_ORDER"
+    #: A step's return value cannot be recorded as JSON (or is over the payload limit).
+    STEP_RESULT_INVALID = "STEP_RESULT_INVALID"

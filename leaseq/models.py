@@ -293,3 +293,17 @@ class EffectRecord(Printable):
     finished_at: dt.datetime | None
     result: Any
     error: str | None
+
+
+@dataclass(frozen=True)
+class StepRecord(Printable):
+    """The durable record of one finished step of a job (see ``JobContext.step``): its
+    name, its place in the handler's order (0-based), the attempt and lease token that
+    recorded it, and its JSON ``result`` (what every later attempt gets back)."""
+
+    name: str
+    seq: int
+    attempt: int
+    lease_token: int
+    recorded_at: dt.datetime
+    result: Any

@@ -69,6 +69,7 @@ INPUTS = (
     "leaseq/ops/limits_async.py",
     "leaseq/ops/trace_async.py",
     "leaseq/ops/web_async.py",
+    "leaseq/ops/steps_async.py",
 )
 
 

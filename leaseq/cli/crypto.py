@@ -56,7 +56,7 @@ def _rotation_client(settings: Settings, app_ref: str | None) -> Client:
 def keys_rotate(
     settings: Settings, app_ref: str | None, batch: int, dry_run: bool, as_json: bool
 ) -> None:
-    """Re-encrypt stored payloads, results and effect records under the newest key.
+    """Re-encrypt stored payloads, results, effect and step records under the newest key.
 
     Safe beside running workers, and resumable: run it again after an interruption. Keep
     the old keys in LEASEQ_ENCRYPTION_KEYS (after the new one) until it reports 0 left.

@@ -259,19 +259,20 @@ class AsyncPayloadOps(AsyncClientBase):
         batch: int = ROTATE_BATCH,
         progress: Callable[[RotationProgress], None] | None = None,
     ) -> RotationProgress:
-        """Re-seal every stored value (payloads, offloaded payloads, results, effect
-        records) under the newest key, ``batch`` rows per short transaction. Safe beside
+        """Re-seal every stored value (payloads, offloaded payloads, results, effect and
+        step records) under the newest key, ``batch`` rows per short transaction. Safe beside
         running workers (a row being claimed is skipped and taken on the next pass) and
         resumable: run it again after a crash, it picks up what is left. Every key that
         sealed a stored value must still be given (the newest first)."""
         keyring = self._rotation_keyring()
-        rotated = {"jobs": 0, "payloads": 0, "results": 0, "effects": 0}
+        rotated = {"jobs": 0, "payloads": 0, "results": 0, "effects": 0, "steps": 0}
         for _ in range(1000):  # passes: rows skipped as locked are taken the next time
             done = 0
             done += await self._rotate_table("jobs", keyring, batch, rotated, progress)
             done += await self._rotate_table("payloads", keyring, batch, rotated, progress)
             done += await self._rotate_table("results", keyring, batch, rotated, progress)
             done += await self._rotate_table("effects", keyring, batch, rotated, progress)
+            done += await self._rotate_table("steps", keyring, batch, rotated, progress)
             left = await self._sealed_left(keyring)
             if not any(left.values()):
                 break
@@ -292,10 +293,16 @@ class AsyncPayloadOps(AsyncClientBase):
         return await self._sealed_left(self._rotation_keyring())
 
     async def _sealed_left(self, keyring: Keyring) -> dict[str, int]:
-        ((jobs, results, effects, payloads),) = await self._rows(
+        ((jobs, results, effects, payloads, steps),) = await self._rows(
             "sealed_counts", {"kid": keyring.newest}
         )
-        return {"jobs": jobs, "payloads": payloads, "results": results, "effects": effects}
+        return {
+            "jobs": jobs,
+            "payloads": payloads,
+            "results": results,
+            "effects": effects,
+            "steps": steps,
+        }
 
     async def _rotate_table(
         self,
@@ -328,6 +335,12 @@ class AsyncPayloadOps(AsyncClientBase):
         elif table == "results":
             values = [keyring.reseal(json.loads(r[1]), "result") for r in rows]
             params = {"ids": [r[0] for r in rows], "values": values}
+        elif table == "steps":  # step records are sealed as effect records
+            params = {
+                "ids": [r[0] for r in rows],
+                "names": [r[1] for r in rows],
+                "values": [keyring.reseal(json.loads(r[2]), "effect") for r in rows],
+            }
         elif table == "effects":
             params = {
                 "ids": [r[0] for r in rows],

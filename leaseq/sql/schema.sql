@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 17
+-- schema version: 18
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -34,7 +34,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (14, 'queue_stats_indexed'),
   (15, 'prune_index'),
   (16, 'queue_slots'),
-  (17, 'payloads');
+  (17, 'payloads'),
+  (18, 'steps');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -922,4 +923,24 @@ CREATE TABLE {schema}.payload_deletes (
   queued_at timestamptz NOT NULL DEFAULT now(),
   attempts integer NOT NULL DEFAULT 0,
   last_error text
+);
+
+-- One row per finished step of a job (ctx.step): its name, its place in the handler's
+-- order, and its JSON result (sealed when the task encrypts). The primary key makes a step
+-- recorded at most once per job; (job_id, seq) makes two steps of one job never share a
+-- place. A row is written only by the fenced statement step_record, in the transaction of
+-- the step's own database work, so a worker whose lease ended cannot record a step.
+-- Retention and purge delete a job's steps with it; a replay keeps them.
+CREATE TABLE {schema}.job_steps (
+  job_id bigint NOT NULL,
+  name text NOT NULL,
+  seq integer NOT NULL,
+  attempt integer NOT NULL,
+  lease_token bigint NOT NULL,
+  recorded_at timestamptz NOT NULL DEFAULT now(),
+  result jsonb,
+  PRIMARY KEY (job_id, name),
+  CONSTRAINT job_steps_seq_unique UNIQUE (job_id, seq),
+  CONSTRAINT job_steps_name_bounded CHECK (length(name) <= 128),
+  CONSTRAINT job_steps_seq_valid CHECK (seq >= 0)
 );

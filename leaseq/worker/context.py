@@ -21,6 +21,14 @@ from leaseq.worker.effects import (
     run_effect,
     run_effect_async,
 )
+from leaseq.worker.steps import (
+    StepBook,
+    StepSite,
+    StepTransaction,
+    check_step_name,
+    run_step,
+    run_step_async,
+)
 
 if TYPE_CHECKING:
     from leaseq.client import Client
@@ -55,8 +63,10 @@ class JobContext:
         "_abort",
         "_completed",
         "_completion_pending",
+        "_deadline",
         "_last_progress",
         "_services",
+        "_steps",
         "lease",
         "progress_note",
         "worker_id",
@@ -73,6 +83,8 @@ class JobContext:
         # Written once by the event loop, read by the handler's thread: a plain attribute
         # is enough (one reference assignment), and costs nothing per job.
         self._abort: str | None = None
+        self._steps = StepBook()
+        self._deadline: Callable[[], float] | None = None
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job_id} token={self.fencing_token} attempt={self.attempt}>"
@@ -154,6 +166,15 @@ class JobContext:
             return False
         self._abort = reason
         return True
+
+    def watch_deadline(self, deadline: Callable[[], float]) -> None:
+        """Give the context the lease's local deadline (``time.monotonic()``, kept by the
+        worker's lease keeper): a step never starts past it."""
+        self._deadline = deadline
+
+    def _step_site(self) -> StepSite:
+        deadline = None if self._deadline is None else self._deadline()
+        return StepSite(self.lease, self._steps, self.abort, self._abort, deadline)
 
     def mark_started(self) -> None:
         self._last_progress = time.monotonic()
@@ -249,8 +270,39 @@ class JobContext:
             raise ConfigError("use `ctx.dependency_results()` in a sync handler")
         return await services.async_client.dependency_results(self.job_id)
 
-    def transaction(self) -> FencedTransaction:
+    def transaction(self) -> FencedTransaction | StepTransaction:
         """A transaction whose commit includes this job's fenced completion; see
-        :class:`leaseq.worker.effects.FencedTransaction`."""
+        :class:`leaseq.worker.effects.FencedTransaction`. Inside a step, one that commits
+        with the step's record instead (:class:`leaseq.worker.steps.StepTransaction`)."""
         services = self._require_services()
+        active = self._steps.active
+        if active is not None:
+            return StepTransaction(active, services.sync_client, services.async_client)
         return FencedTransaction(self, services.sync_client, services.async_client)
+
+    # -- durable steps (see leaseq/worker/steps.py) -------------------------------------
+
+    def step_key(self, name: str) -> str:
+        """Idempotency key of step ``name`` of this job (stable across attempts): give it
+        to an external system called inside the step."""
+        return f"{self.idempotency_key}:step:{check_step_name(name)}"
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` once per job (sync handlers): its JSON result is recorded
+        under the lease's fence and returned from the record on every later attempt.
+        Writes made through ``ctx.transaction()`` inside ``fn`` commit with the record.
+        Raises :class:`LeaseLost` when the lease ended before the record committed (the
+        step then runs again on the job's next attempt)."""
+        services = self._require_services()
+        if services.sync_client is None:
+            raise ConfigError("use `await ctx.step_async(...)` in an async handler")
+        site = self._step_site()
+        return run_step(site, services.sync_client(), check_step_name(name), fn, args)
+
+    async def step_async(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """:meth:`step` for async handlers; ``fn`` may be sync or async."""
+        services = self._require_services()
+        if services.async_client is None:
+            raise ConfigError("use `ctx.step(...)` in a sync handler")
+        site = self._step_site()
+        return await run_step_async(site, services.async_client, check_step_name(name), fn, args)

@@ -92,6 +92,7 @@ class Executor:
         services = None if task is None else self._services_for(task)
         ctx = JobContext(lease, self.config.worker_id, services)
         running = Running(lease, ctx, task, deadline)
+        ctx.watch_deadline(lambda: running.deadline)
         self.inflight.add(running)
         if task is not None and not task.is_async and self.app.tracing is None:
             job = SyncJob(running, self._cancel_sync)

@@ -161,6 +161,7 @@ def test_rotation_moves_every_value_to_the_newest_key_while_a_worker_drains(
     # Half of them run under the old key, so results exist to rotate too.
     first = old.client.claim("default", worker="w", limit=10)
     for lease in first:
+        assert old.client.step_record(lease, "s", 0, {"secret": lease.payload["i"]})
         old.client.complete_many([lease], results={lease.job_id: (json.dumps(lease.payload), 60)})
 
     both = _app(dsn, schema, [NEW, OLD])
@@ -175,16 +176,22 @@ def test_rotation_moves_every_value_to_the_newest_key_while_a_worker_drains(
     drained.start()
     done = both.client.rotate_keys(batch=3)
     drained.join(60)
-    assert done.left == {"jobs": 0, "payloads": 0, "results": 0, "effects": 0}
+    assert done.left == {"jobs": 0, "payloads": 0, "results": 0, "effects": 0, "steps": 0}
     assert sorted(p["i"] for p in ran) == list(range(10, 20))
     newest = Keyring([NEW]).newest
-    for query in ("SELECT payload FROM {s}.jobs", "SELECT value FROM {s}.job_results"):
+    for query in (
+        "SELECT payload FROM {s}.jobs",
+        "SELECT value FROM {s}.job_results",
+        "SELECT result FROM {s}.job_steps",  # step records: sealed, and rotated
+    ):
         stored = rows(dsn, query, schema)
         assert stored and {sealed_key_id(r[0]) for r in stored} == {newest}, query
     failed = rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE status <> 'succeeded'", schema)
     assert failed == [(0,)]
     # The old key can go now: everything opens with the new one alone.
     assert _app(dsn, schema, [NEW]).client.result(first[0].job_id, timeout=1) == first[0].payload
+    (step,) = _app(dsn, schema, [NEW]).client.step_records(first[0].job_id)
+    assert step.result == {"secret": first[0].payload["i"]}
 
 
 def _cli(dsn: str, schema: str, keys: str, *args: str) -> str:
@@ -210,7 +217,7 @@ def test_the_cli_shows_a_sealed_payload_as_such_and_rotates(dsn: str, schema: st
     out = _cli(dsn, schema, f"{NEW},{OLD}", "keys", "rotate")
     assert "rotated 1 value(s); left: 0" in out
     left = _cli(dsn, schema, NEW, "keys", "rotate", "--dry-run")
-    assert left.strip() == "left: jobs 0, payloads 0, results 0, effects 0"
+    assert left.strip() == "left: jobs 0, payloads 0, results 0, effects 0, steps 0"
 
 
 def test_encrypting_without_keys_is_a_one_line_error_at_declaration(

@@ -153,6 +153,18 @@ FROM unnest(%(ids)s::bigint[], %(names)s::text[], %(keys)s::text[], %(values)s::
   AS u(id, name, key, value)
 WHERE e.job_id = u.id AND e.name = u.name AND e.key = u.key;
 
+-- name: rotation_steps
+-- Step records are keyed (job_id, name): the batch walks job_id, a job's records together.
+SELECT job_id, name, result::text FROM {schema}.job_steps
+WHERE job_id > %(after)s AND result ? 'leaseq:enc' AND result->>'kid' <> %(kid)s
+ORDER BY job_id LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: rotate_steps
+UPDATE {schema}.job_steps AS s SET result = u.value
+FROM unnest(%(ids)s::bigint[], %(names)s::text[], %(values)s::jsonb[]) AS u(id, name, value)
+WHERE s.job_id = u.id AND s.name = u.name;
+
 -- name: rotation_payloads
 SELECT job_id, store, data, object_key FROM {schema}.payloads
 WHERE job_id > %(after)s AND kid IS NOT NULL AND kid <> %(kid)s
@@ -173,4 +185,6 @@ SELECT (SELECT count(*) FROM {schema}.jobs
          WHERE value ? 'leaseq:enc' AND value->>'kid' <> %(kid)s),
        (SELECT count(*) FROM {schema}.job_effects
          WHERE result ? 'leaseq:enc' AND result->>'kid' <> %(kid)s),
-       (SELECT count(*) FROM {schema}.payloads WHERE kid IS NOT NULL AND kid <> %(kid)s);
+       (SELECT count(*) FROM {schema}.payloads WHERE kid IS NOT NULL AND kid <> %(kid)s),
+       (SELECT count(*) FROM {schema}.job_steps
+         WHERE result ? 'leaseq:enc' AND result->>'kid' <> %(kid)s);

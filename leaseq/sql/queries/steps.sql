@@ -1,0 +1,43 @@
+-- Durable steps (leaseq.worker.steps): the records of a job's finished steps, read once per
+-- attempt, and the fenced write of one more.
+
+
+-- name: step_records
+-- Read on the primary: the attempt must see every step an earlier attempt committed.
+SELECT name, seq, attempt, lease_token, recorded_at, result
+FROM {schema}.job_steps
+WHERE job_id = %(id)s
+ORDER BY seq;
+
+-- name: step_record
+-- Records a finished step, only while the lease holds, in the transaction of the step's own
+-- database work (ctx.transaction() inside the step) or a short one of its own. FOR SHARE
+-- holds the job row until the commit, so no sweep, cancel or claim can end the lease between
+-- this check and the commit. ON CONFLICT: a record under this name (or at this place) already
+-- committed, which a stale attempt finds out here; its caller rolls back its work.
+WITH fence AS (
+  SELECT id FROM {schema}.jobs
+  WHERE id = %(id)s
+    AND status = 'running'
+    AND lease_owner = %(owner)s
+    AND lease_token = %(token)s
+    AND lease_expires_at > now()
+  FOR SHARE
+)
+INSERT INTO {schema}.job_steps (job_id, name, seq, attempt, lease_token, result)
+SELECT fence.id, %(name)s, %(seq)s, %(attempt)s, %(token)s, %(result)s::jsonb FROM fence
+ON CONFLICT DO NOTHING
+RETURNING 1;
+
+-- name: job_steps
+SELECT name, seq, attempt, lease_token, recorded_at, result
+FROM {schema}.job_steps
+WHERE job_id = %(id)s
+ORDER BY seq;
+
+-- name: _steps_deleted
+-- (CTE batch with an array ids: jobs this statement deletes.) Their step records go in
+-- the same statement: retention and purge never leave a step without its job.
+steps_gone AS (
+  DELETE FROM {schema}.job_steps AS s WHERE s.job_id = ANY((SELECT ids FROM batch)::bigint[])
+)
