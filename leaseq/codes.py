@@ -55,3 +55,5 @@ class ErrorCode(StrEnum):
     STEP_OUT_OF_ORDER = "STEP_OUT_OF_ORDER"
     #: A step's return value cannot be recorded as JSON (or is over the payload limit).
     STEP_RESULT_INVALID = "STEP_RESULT_INVALID"
+    #: The job was not started by its start deadline (expires=): it ended cancelled, unrun.
+    EXPIRED = "EXPIRED"

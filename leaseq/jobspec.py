@@ -246,6 +246,14 @@ OPTIONS: tuple[Option, ...] = (
         "what a dependency ending dead or cancelled does: cancel, run or ignore",
     ),
     Option(
+        "expires",
+        None,
+        None,  # an instant or seconds from now, in job_params (expires, expires_in)
+        ("expires_at",),
+        _EVERY_INSERT | {"sig"},
+        "the start deadline: never started after it (seconds from now or an aware datetime)",
+    ),
+    Option(
         "batch_id",
         None,
         _check_batch_id,
@@ -271,6 +279,9 @@ TICK_OPTIONS = frozenset(o.name for o in OPTIONS if "tick" in o.paths)
 UNIQUE_FIELDS = tuple(o.name for o in OPTIONS if o.paths == frozenset({"unique"}))
 #: The options insert_jobs takes as arrays, in the order of its unnest().
 ARRAY_OPTIONS = tuple(o.name for o in OPTIONS if "arrays" in o.paths and o.columns)
+#: Arrays of insert_jobs that no option is named for, after ARRAY_OPTIONS: ``expires``
+#: given as seconds (counted from the database clock, as ``delay``).
+DERIVED_ARRAYS = ("expires_in",)
 
 
 def columns_of(path: str) -> frozenset[str]:
@@ -300,6 +311,7 @@ class EnqueueOptions(TypedDict, total=False):
     #: Job ids, ``leaseq.Ref`` to earlier items of the batch, or ``leaseq.Dep``.
     depends_on: Sequence[Any] | None
     on_dead: str
+    expires: float | dt.timedelta | dt.datetime | None
     batch_id: int | None
 
 
@@ -328,6 +340,7 @@ class JobSpec:
     #: Job ids, ``leaseq.Ref`` to earlier items of the batch, or ``leaseq.Dep``.
     depends_on: Sequence[Any] | None = None
     on_dead: str = DEFAULT_ON_DEAD
+    expires: float | dt.timedelta | dt.datetime | None = None
     batch_id: int | None = None
 
 
@@ -407,6 +420,7 @@ def job_params(
     params["delay"] = delay
     params["unique"] = unique
     params["reschedule"] = job["run_at"] is not None or job["delay"] is not None
+    params["expires"], params["expires_in"] = validate.check_expires(job["expires"])
     depends_on = job["depends_on"]
     params["deps"] = None if depends_on is None else check_depends_on(depends_on, job["on_dead"])
     return params
@@ -415,7 +429,9 @@ def job_params(
 def job_arrays(params_list: Sequence[Mapping[str, Any]], channel: str) -> dict[str, Any]:
     """The unnested-array parameters of insert_jobs: one array per option of the
     ``arrays`` path, under the option's name."""
-    arrays: dict[str, Any] = {name: [p[name] for p in params_list] for name in ARRAY_OPTIONS}
+    arrays: dict[str, Any] = {
+        name: [p[name] for p in params_list] for name in ARRAY_OPTIONS + DERIVED_ARRAYS
+    }
     arrays["channel"] = channel
     return arrays
 
@@ -434,6 +450,7 @@ COPY_COLUMNS = (
     "idempotency_key",
     "key_policy",
     "limit_key",
+    "expires_at",
 )
 
 
@@ -442,6 +459,8 @@ def copy_row(job_id: int, p: Mapping[str, Any], db_now: dt.datetime) -> tuple[An
     clock ``db_now``."""
     delay = p["delay"]
     available = p["run_at"] or (db_now + dt.timedelta(seconds=delay) if delay else db_now)
+    expires_in = p["expires_in"]
+    expires = p["expires"] if expires_in is None else db_now + dt.timedelta(seconds=expires_in)
     return (
         job_id,
         p["queue"],
@@ -455,4 +474,5 @@ def copy_row(job_id: int, p: Mapping[str, Any], db_now: dt.datetime) -> tuple[An
         p["idempotency_key"],
         p["key_policy"],
         p["limit_key"],
+        expires,
     )

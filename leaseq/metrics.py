@@ -131,6 +131,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "Expired leases this worker's sweeper recovered: requeued, dead or cancelled.",
     ),
     MetricSpec(
+        "leaseq_jobs_expired_total",
+        "counter",
+        (),
+        "worker",
+        "Pending jobs this worker's sweeper ended unrun: their start deadline (expires=) "
+        "passed (cancelled, EXPIRED).",
+    ),
+    MetricSpec(
         "leaseq_late_starts_total",
         "counter",
         (),
@@ -489,6 +497,7 @@ class WorkerMetrics:
         self.leases_lost = make("leaseq_leases_lost_total")
         self.heartbeat_failures = make("leaseq_heartbeat_failures_total")
         self.lease_expirations = make("leaseq_lease_expirations_total")
+        self.jobs_expired = make("leaseq_jobs_expired_total")
         self.late_starts = make("leaseq_late_starts_total")
         self.claim_errors = make("leaseq_claim_errors_total")
         self.schedule_ticks = make("leaseq_schedule_ticks_total")

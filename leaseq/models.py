@@ -167,6 +167,9 @@ class SweepResult:
     dead: int = 0
     #: Expired leases of jobs an operator had asked to cancel: they end cancelled.
     cancelled: int = 0
+    #: Pending jobs past their start deadline (expires=), ended cancelled with EXPIRED (not
+    #: leases: not in ``total``).
+    expired: int = 0
 
     @property
     def total(self) -> int:
@@ -177,6 +180,7 @@ class SweepResult:
             self.requeued + other.requeued,
             self.dead + other.dead,
             self.cancelled + other.cancelled,
+            self.expired + other.expired,
         )
 
 

@@ -61,6 +61,8 @@ TRANSITIONS: frozenset[Transition] = frozenset(
         (_R, "released", _P),
         # An operator cancels: a pending job at once, a running one at its next heartbeat.
         (_P, "cancelled", _C),
+        # A pending job past its start deadline (expires=) ends unrun (the sweep).
+        (_P, "expired", _C),
         (_R, "cancel_requested", _R),
         # Operator actions on dead (or, when asked, cancelled) jobs.
         (_D, "replayed", _P),

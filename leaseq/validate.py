@@ -176,6 +176,28 @@ def schedule(run_at: object, delay: object) -> tuple[dt.datetime | None, float]:
     return None, float(delay)
 
 
+#: The furthest a start deadline may be, in seconds from now (100 years, as schedules).
+EXPIRES_HORIZON = 100 * 365 * 86400.0
+
+
+def check_expires(value: object) -> tuple[dt.datetime | None, float | None]:
+    """``expires=``: an aware datetime (the instant), or seconds / a timedelta counted from
+    the enqueue on the database clock. Returns (instant, seconds), at most one of them set."""
+    if value is None:
+        return None, None
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise ConfigError(f"expires must be a timezone-aware datetime, got {_short(value)}")
+        return value, None
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(
+            f"expires must be seconds, a timedelta or an aware datetime, got {_short(value)}"
+        )
+    return None, check_positive_seconds("expires", value, EXPIRES_HORIZON)
+
+
 # One encoder for every payload: json.dumps() with options builds a new one per call.
 _PAYLOAD_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 

@@ -71,6 +71,9 @@ def read_payload(text: str | None) -> Any:
 @click.option("--max-attempts", type=int, default=DEFAULTS["max_attempts"], show_default=True)
 @click.option("--ordering-key", default=None, help="Run after earlier jobs of this key.")
 @click.option("--limit-key", default=None, help="Also under the limit key:KEY (or its family).")
+@click.option(
+    "--expires", type=float, default=None, help="Start deadline: seconds from now (database clock)."
+)
 @unique_options
 @click.option("--json", "as_json", is_flag=True, help="Print {'id': ...} as JSON.")
 @pass_settings
@@ -85,6 +88,7 @@ def enqueue(
     max_attempts: int,
     ordering_key: str | None,
     limit_key: str | None,
+    expires: float | None,
     as_json: bool,
     **unique: Any,
 ) -> None:
@@ -102,6 +106,7 @@ def enqueue(
         max_attempts=max_attempts,
         ordering_key=ordering_key,
         limit_key=limit_key,
+        expires=expires,
         **clean(unique),
     )
     if as_json:

@@ -110,6 +110,7 @@ class AsyncFailureOps(AsyncEndingOps):
         await self._rows("delete_orphan_slots", {})
         # And of stored results past their result_ttl (independent of job pruning).
         await self._rows("delete_expired_results", {"limit": batch})
+        total = SweepResult(expired=await self._expire_pending(batch, actor))
         while True:
             async with self._pooled() as conn, conn.transaction():
                 locked = await self._rows("lock_expired_leases", {"limit": batch}, conn)
@@ -137,3 +138,29 @@ class AsyncFailureOps(AsyncEndingOps):
             )
             if not full_batch:
                 return total
+
+    async def _expire_pending(self, batch: int, actor: str) -> int:
+        """End pending jobs past their start deadline (cancelled, EXPIRED), in batches,
+        each its own short transaction: their ordering keys' heads and their dependents
+        are decided in the same one. Returns how many ended."""
+        expired = 0
+        while True:
+            async with self._pooled() as conn, conn.transaction():
+                locked = await self._rows("lock_expiring_jobs", {"limit": batch}, conn)
+                if not locked:
+                    return expired
+                wanted = sorted({row[1] for row in locked if row[1]})
+                keys: list[str] = []
+                if wanted:
+                    got = await self._rows("try_lock_keys", {"keys": wanted}, conn)
+                    keys = [key for key, ok in got if ok]
+                ids = [int(row[0]) for row in locked if not row[1] or row[1] in keys]
+                params = {"ids": ids, "actor": actor}
+                done = [
+                    int(row[0]) for row in await self._rows("expire_pending_jobs", params, conn)
+                ]
+                await self._promote_keys(conn, keys)
+                await self._promote_dependents(conn, done)
+            expired += len(done)
+            if len(locked) < batch or not done:
+                return expired

@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 18
+-- schema version: 19
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -35,7 +35,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (15, 'prune_index'),
   (16, 'queue_slots'),
   (17, 'payloads'),
-  (18, 'steps');
+  (18, 'steps'),
+  (19, 'expires');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -100,6 +101,8 @@ CREATE TABLE {schema}.jobs (
   -- The concurrency slot of its queue's limit that this running job holds (version 16):
   -- set by the claim, cleared by every statement that ends the lease.
   queue_slot integer,
+  -- The start deadline (version 19): never started after it; the sweep ends it EXPIRED.
+  expires_at timestamptz,
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
   CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
   -- A running job always has an owner and an expiry; no other state keeps either, so a
@@ -129,6 +132,11 @@ CREATE TABLE {schema}.jobs (
 CREATE INDEX jobs_claimable_idx
   ON {schema}.jobs (queue_name, priority DESC, available_at, id)
   WHERE status = 'pending' AND NOT blocked AND NOT waiting;
+
+-- The sweep's pending jobs past their start deadline (version 19).
+CREATE INDEX jobs_expiring_idx
+  ON {schema}.jobs (expires_at)
+  WHERE status = 'pending' AND expires_at IS NOT NULL;
 
 -- The sweep looks only at running rows whose lease ran out.
 CREATE INDEX jobs_expired_lease_idx

@@ -61,6 +61,7 @@ class WorkerStats:
     heartbeat_failures: int = 0
     swept_requeued: int = 0
     swept_dead: int = 0
+    swept_expired: int = 0
     released: int = 0
     #: Claimed leases dropped unstarted because they ended first (a slow claim round trip,
     #: a paused process, a wait for a thread): nothing was run or reported under them.
@@ -177,6 +178,8 @@ class WorkerEvents:
         expirations.labels("requeued").inc(result.requeued)
         expirations.labels("dead").inc(result.dead)
         expirations.labels("cancelled").inc(result.cancelled)
+        self.stats.swept_expired += result.expired
+        self.metrics.jobs_expired.inc(result.expired)
 
     def released(self, count: int) -> None:
         self.stats.released += count

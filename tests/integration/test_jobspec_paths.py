@@ -17,6 +17,8 @@ from psycopg.rows import dict_row
 import leaseq
 from leaseq.jobspec import COPY_THRESHOLD, DEFAULTS, OPTIONS
 
+_AT = dt.datetime(2040, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+
 #: A value away from the default for each stored option, and the column values it gives.
 VALUES: dict[str, tuple[Any, dict[str, Any]]] = {
     "queue": ("q-x", {"queue_name": "q-x"}),
@@ -34,6 +36,7 @@ VALUES: dict[str, tuple[Any, dict[str, Any]]] = {
         {"unique_states": ["pending", "running", "dead"]},
     ),
     "limit_key": ("lk-1", {"limit_key": "lk-1"}),
+    "expires": (_AT, {"expires_at": _AT}),
 }
 #: Options with a column that cannot be set on their own (checked by their own tests).
 TOGETHER = {"task", "payload", "run_at", "debounce_max"}

@@ -24,6 +24,7 @@ from leaseq.jobspec import (
     ARRAY_OPTIONS,
     COPY_COLUMNS,
     DEFAULTS,
+    DERIVED_ARRAYS,
     DERIVED_COLUMNS,
     INSERT_STATEMENTS,
     OPTIONS,
@@ -80,12 +81,13 @@ def test_the_arrays_path_unnests_one_array_per_option_in_order() -> None:
     statement = QUERIES["insert_jobs"]
     unnest = statement[statement.index("unnest(") : statement.index("WITH ORDINALITY")]
     params = re.findall(r"%\((\w+)\)s::\w+\[\]", unnest)
-    assert tuple(params) == ARRAY_OPTIONS
+    assert tuple(params) == ARRAY_OPTIONS + DERIVED_ARRAYS
     alias = re.search(r"AS u\(([^)]*)\)", statement)
     assert alias is not None
-    assert [a.strip() for a in alias.group(1).split(",")] == [*ARRAY_OPTIONS, "ord"]
+    aliases = [a.strip() for a in alias.group(1).split(",")]
+    assert aliases == [*ARRAY_OPTIONS, *DERIVED_ARRAYS, "ord"]
     p = job_params(job_fields({"task": "t"}), 100)
-    assert set(job_arrays([p, p], "ch")) == {*ARRAY_OPTIONS, "channel"}
+    assert set(job_arrays([p, p], "ch")) == {*ARRAY_OPTIONS, *DERIVED_ARRAYS, "channel"}
 
 
 def test_the_copy_row_matches_copy_jobs_column_for_column() -> None:
@@ -177,6 +179,7 @@ def test_the_signature_and_callback_options_are_the_declared_ones() -> None:
         "payload_version",
         "idempotency_key",
         "on_dead",
+        "expires",
     } == jobspec.SIG_OPTIONS
     assert {"queue", "priority", "max_attempts"} == jobspec.CALLBACK_OPTIONS
     from leaseq.workflows import callback_spec

@@ -12,6 +12,9 @@ SELECT id
     AND NOT blocked
     AND NOT waiting
     AND available_at <= now()
+    -- A start deadline passed: never started (the sweep ends it EXPIRED). now() is the
+    -- claim's own clock, the one started_at is set from in the same statement.
+    AND (expires_at IS NULL OR expires_at > now())
     AND {_not_paused}
   ORDER BY priority DESC, available_at, id
 

@@ -9,20 +9,27 @@
 -- which cost single enqueues about 15% even when it did not apply).
 INSERT INTO {schema}.jobs
   (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-   payload_version, idempotency_key, key_policy, limit_key)
+   payload_version, idempotency_key, key_policy, limit_key, expires_at)
 VALUES (
   %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(priority)s,
   coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
-  %(max_attempts)s, %(payload_version)s, %(idempotency_key)s, %(key_policy)s, %(limit_key)s
+  %(max_attempts)s, %(payload_version)s, %(idempotency_key)s, %(key_policy)s, %(limit_key)s,
+  {_expires_at}
 )
 RETURNING id, {_notify_ready};
+
+-- name: _expires_at
+-- The start deadline of one job: the instant given, or seconds from the database clock
+-- (make_interval is strict: neither given, NULL).
+coalesce(%(expires)s::timestamptz, now() + make_interval(secs => %(expires_in)s::float8))
 
 -- name: insert_keyed_job
 -- insert_job for a job with an ordering key; the caller holds the key's advisory lock.
 WITH ins AS (
   INSERT INTO {schema}.jobs
     (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-     payload_version, idempotency_key, ordering_key, key_policy, blocked, limit_key)
+     payload_version, idempotency_key, ordering_key, key_policy, blocked, limit_key,
+     expires_at)
   VALUES (
     %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
@@ -34,7 +41,7 @@ WITH ins AS (
       SELECT 1 FROM {schema}.jobs AS b
       WHERE b.ordering_key = %(ordering_key)s AND {_key_blocking}
     ),
-    %(limit_key)s
+    %(limit_key)s, {_expires_at}
   )
   RETURNING id, queue_name, available_at, blocked
 )
@@ -48,7 +55,8 @@ FROM ins;
 WITH ins AS (
   INSERT INTO {schema}.jobs
     (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-     payload_version, idempotency_key, ordering_key, key_policy, blocked, limit_key)
+     payload_version, idempotency_key, ordering_key, key_policy, blocked, limit_key,
+     expires_at)
   SELECT u.queue, u.task, u.payload, u.priority, u.priority,
          coalesce(u.run_at, now() + make_interval(secs => u.delay)), u.max_attempts,
          u.payload_version, u.idempotency_key, u.ordering_key, u.key_policy,
@@ -61,17 +69,19 @@ WITH ins AS (
              WHERE b.ordering_key = u.ordering_key AND {_key_blocking}
            )
          ),
-         u.limit_key
+         u.limit_key,
+         coalesce(u.expires, now() + make_interval(secs => u.expires_in))
   -- One array per option of the arrays path (leaseq.jobspec.ARRAY_OPTIONS, in its order,
-  -- each under the option's own name).
+  -- each under the option's own name), then leaseq.jobspec.DERIVED_ARRAYS.
   FROM unnest(
     %(task)s::text[], %(payload)s::jsonb[], %(queue)s::text[], %(priority)s::int[],
     %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
     %(payload_version)s::int[], %(idempotency_key)s::text[], %(ordering_key)s::text[],
-    %(key_policy)s::text[], %(limit_key)s::text[]
+    %(key_policy)s::text[], %(limit_key)s::text[], %(expires)s::timestamptz[],
+    %(expires_in)s::float8[]
   ) WITH ORDINALITY
     AS u(task, payload, queue, priority, run_at, delay, max_attempts, payload_version,
-         idempotency_key, ordering_key, key_policy, limit_key, ord)
+         idempotency_key, ordering_key, key_policy, limit_key, expires, expires_in, ord)
   ORDER BY u.ord
   RETURNING id, queue_name, available_at, blocked
 )
@@ -96,7 +106,7 @@ FROM generate_series(1, %(n)s) AS g;
 -- leaseq.jobspec.COPY_COLUMNS, in that order.
 COPY {schema}.jobs
   (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-   payload_version, idempotency_key, key_policy, limit_key)
+   payload_version, idempotency_key, key_policy, limit_key, expires_at)
 FROM STDIN;
 
 -- name: set_trace_contexts

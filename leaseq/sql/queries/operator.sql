@@ -79,6 +79,9 @@ WITH prev AS (
       finished_at = NULL,
       cancel_requested_at = NULL,
       key_skipped = false,
+      -- A start deadline is not carried over: a replayed expired job would end again at
+      -- once (the replay's event keeps the reason; the old deadline is in the trail).
+      expires_at = NULL,
       -- promote_keys, run next in the same transaction, decides who heads the key.
       blocked = j.ordering_key IS NOT NULL,
       -- A job with dependencies waits again; the client decides it next, in the same

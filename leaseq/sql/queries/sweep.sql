@@ -91,3 +91,46 @@ SELECT id, 'lease_expired', 'running', status, %(actor)s, lease_token, attempt_c
          || ': ' || last_error_detail
 FROM upd
 RETURNING job_id, to_status::text;
+
+-- name: lock_expiring_jobs
+-- Pending jobs past their start deadline (jobs_expiring_idx), a bounded batch, SKIP LOCKED:
+-- a claim holding one has read it as unclaimable already (the claim checks expires_at
+-- with the same clock), so nothing here waits on a worker.
+SELECT id, ordering_key
+FROM {schema}.jobs
+WHERE status = 'pending'
+  AND expires_at IS NOT NULL
+  AND expires_at <= now()
+ORDER BY expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: expire_pending_jobs
+-- The jobs lock_expiring_jobs locked (same transaction) end cancelled with the code EXPIRED
+-- and one 'expired' event each: the status test makes a second sweep (or a replay that
+-- came first) a no-op, so each expiry is written exactly once. A unique key they held
+-- goes (or stays as a window) as for a cancel; the caller then decides their ordering
+-- keys' heads and their dependents in this transaction.
+WITH upd AS (
+  UPDATE {schema}.jobs AS j
+  SET status = 'cancelled',
+      finished_at = now(),
+      waiting = false,
+      last_error_code = '{code:EXPIRED}',
+      last_error_class = 'permanent',
+      last_error_detail = 'not started by its deadline ' || j.expires_at
+  WHERE j.id = ANY(%(ids)s::bigint[])
+    AND j.status = 'pending'
+    AND j.expires_at <= now()
+  RETURNING j.id, j.status, j.lease_token, j.attempt_count, j.queue_name,
+            j.last_error_detail, j.unique_key, j.unique_for, j.unique_states
+), fin AS (
+  SELECT * FROM upd WHERE unique_key IS NOT NULL
+), {_unique_release}
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
+   error_class, detail)
+SELECT id, 'expired', 'pending', 'cancelled', %(actor)s, lease_token, attempt_count,
+       '{code:EXPIRED}', 'permanent', last_error_detail
+FROM upd
+RETURNING job_id;
