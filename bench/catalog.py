@@ -19,6 +19,7 @@ from bench.scenarios import (
     drain,
     enqueue,
     limited,
+    minimal,
     peer_drains,
     regression,
     scale,
@@ -31,6 +32,7 @@ from bench.scenarios import (
 def build_scenarios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Scenario, ...]:
     return (
         drain.RAW,
+        minimal.SCENARIO,
         peer_drains.PGQUEUER_1P,
         *drain.SCENARIOS_1P,
         peer_drains.PGQUEUER_2P,
@@ -57,6 +59,7 @@ def build_scenarios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Scenari
 def build_ratios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Ratio, ...]:
     return (
         *drain.RATIOS,
+        *minimal.RATIOS,
         *peer_drains.RATIOS,
         *regression.RATIOS,
         *limited.RATIOS,
@@ -114,6 +117,7 @@ def extra_results(series: dict[str, Series]) -> dict[str, Any]:
     plain drains as the regression reference sees them, the scale check's waits."""
     return {
         "raw_limit": summary.best_configs(series),
+        "minimal_limit": summary.best_configs(series, of_minimal=True),
         "plain_drain": regression.current(series),
         "scale_waits": dict(scale.DETAILS),
     }

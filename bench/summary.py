@@ -1,8 +1,10 @@
-"""The issue-20 table of ``python -m bench``, as markdown (README and docs/performance.md
-take it as printed): the raw-SQL limit (every configuration, the best one named), pgqueuer
-and leaseq (async and sync handlers) at 1 and 2 processes, each on both clocks, with the
-ratios to the raw limit and to pgqueuer at the same process count (per-round ratios:
-median and min-max)."""
+"""The drain table of ``python -m bench``, as markdown (README and docs/performance.md
+take it as printed): the seed's minimal table and statements (the limit of the problem) and
+leaseq's own statements on leaseq's table (the limit of leaseq's SQL), every configuration
+with the best one named, then pgqueuer and leaseq (async and sync handlers) at 1 and 2
+processes, each on both clocks, with the ratios to the minimal limit, to leaseq's own
+statements and to pgqueuer at the same process count (per-round ratios: median and
+min-max)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import statistics
 from collections.abc import Sequence
 
 from bench.harness import Ratio, Series, round_ratios, spread
+from bench.scenarios import minimal
 from bench.scenarios.drain import RAW_BATCHES, RAW_LIMIT, RAW_PROCESSES, best_raw, raw_key
 
 CLOCKS = ("db", "wall")
@@ -18,7 +21,8 @@ HEADERS = (
     "configuration",
     "jobs/s, start-up excluded",
     "jobs/s, process wall",
-    "vs raw limit (excl. / wall)",
+    "vs minimal limit (excl. / wall)",
+    "vs own statements (excl. / wall)",
     "vs pgqueuer, same processes (excl. / wall)",
 )
 
@@ -51,33 +55,42 @@ def has(series: dict[str, Series], prefix: str) -> bool:
 def rows(series: dict[str, Series], compact: bool = False) -> list[list[str]]:
     """The table's rows; ``compact`` leaves out the raw configurations that did not win."""
     out: list[list[str]] = []
-    best = {c: best_raw(series, c) for c in CLOCKS}
-    for batch in RAW_BATCHES:
-        for p in RAW_PROCESSES:
-            prefix = raw_key(p, batch, "x")[:-2]
-            if not has(series, prefix):
-                continue
-            won = [
-                label
-                for c, label in (("db", "excl."), ("wall", "wall"))
-                if best[c] == f"{prefix}-{c}"
-            ]
-            config = f"{p} process{'es' if p > 1 else ''}, one connection each, batch {batch}"
-            system = "raw SQL, seed claim + fenced unnest completion"
-            if compact and not won:
-                continue
-            if won:
-                system = f"**raw limit ({', '.join(won)})**: " + system
-            out.append(
-                [
-                    system,
-                    config,
-                    figure(series, f"{prefix}-db"),
-                    figure(series, f"{prefix}-wall"),
-                    ratios(series, prefix, RAW_LIMIT),
-                    "—",
+    limits = (
+        (minimal.key, minimal.best, "minimal limit", "the seed's minimal table and statements"),
+        (raw_key, best_raw, "own-statements limit", "leaseq's own statements, no worker"),
+    )
+    for key_of, best_of, title, what in limits:
+        best = {c: best_of(series, c) for c in CLOCKS}
+        for batch in RAW_BATCHES:
+            for p in RAW_PROCESSES:
+                prefix = key_of(p, batch, "x")[:-2]
+                if not has(series, prefix):
+                    continue
+                won = [
+                    label
+                    for c, label in (("db", "excl."), ("wall", "wall"))
+                    if best[c] == f"{prefix}-{c}"
                 ]
-            )
+                if compact and not won:
+                    continue
+                config = f"{p} process{'es' if p > 1 else ''}, one connection each, batch {batch}"
+                system = f"**{title} ({', '.join(won)})**: {what}" if won else what
+                own = (
+                    "—"
+                    if key_of is raw_key
+                    else ratios(series, prefix, raw_key(p, batch, "x")[:-2])
+                )
+                out.append(
+                    [
+                        system,
+                        config,
+                        figure(series, f"{prefix}-db"),
+                        figure(series, f"{prefix}-wall"),
+                        ratios(series, prefix, minimal.LIMIT),
+                        own,
+                        "—",
+                    ]
+                )
     for p, suffix in ((1, ""), (2, "-2p")):
         procs = f"{p} process{'es' if p > 1 else ''}"
         pgq = f"drain-pgqueuer{suffix}"
@@ -100,6 +113,7 @@ def rows(series: dict[str, Series], compact: bool = False) -> list[list[str]]:
                     config,
                     figure(series, f"{prefix}-db"),
                     figure(series, f"{prefix}-wall"),
+                    ratios(series, prefix, minimal.LIMIT),
                     ratios(series, prefix, RAW_LIMIT),
                     vs_pgq,
                 ]
@@ -117,11 +131,11 @@ def markdown(series: dict[str, Series], intro: Sequence[str] = (), compact: bool
     return "\n".join(lines)
 
 
-def best_configs(series: dict[str, Series]) -> dict[str, str | None]:
-    """Which raw configuration won, per clock (for the JSON file)."""
+def best_configs(series: dict[str, Series], of_minimal: bool = False) -> dict[str, str | None]:
+    """Which raw (or minimal) configuration won, per clock (for the JSON file)."""
     out: dict[str, str | None] = {}
     for c in CLOCKS:
-        key = best_raw(series, c)
+        key = (minimal.best if of_minimal else best_raw)(series, c)
         out[c] = key
         if key is not None:
             out[f"{c}_jobs_s"] = f"{statistics.median(series[key].figures()):.0f}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from bench.harness import SYNC_TASK, Sample, Settings
-from bench.scenarios import drain, peer_drains, regression
+from bench.scenarios import drain, minimal, peer_drains, regression
 
 pytestmark = pytest.mark.slow
 
@@ -53,3 +53,16 @@ def test_capabilities_in_use_elsewhere_leave_the_plain_queue_to_drain(dsn: str) 
 def test_pgqueuer_two_processes_are_timed_from_its_log(dsn: str) -> None:
     samples = peer_drains.PGQUEUER_2P.fn(settings(dsn))  # checks every job logged once
     assert_two_clocks(samples, "drain-pgqueuer-2p")
+
+
+def test_minimal_drain_processes_share_the_seed_table_and_are_timed_on_both_clocks(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The seed's own table and statements, nothing of leaseq's: every job succeeds once
+    # (checked by the scenario) and the database clock lies inside the process wall.
+    monkeypatch.setattr(minimal, "RAW_PROCESSES", (1, 2))
+    monkeypatch.setattr(minimal, "RAW_BATCHES", (100,))
+    samples = minimal.drain_minimal(settings(dsn))
+    assert set(samples) == {minimal.key(p, 100, c) for p in (1, 2) for c in ("db", "wall")}
+    for p in (1, 2):
+        assert_two_clocks(samples, minimal.key(p, 100, "x")[:-2])

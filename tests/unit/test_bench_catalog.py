@@ -11,7 +11,7 @@ from bench import summary
 from bench.catalog import build_ratios, build_scenarios
 from bench.harness import WORKER_LINE, Metric, Ratio, Sample, Series, round_ratios, select_scenarios
 from bench.probe import ProbeResult
-from bench.scenarios import regression
+from bench.scenarios import minimal, regression
 from bench.scenarios.drain import RAW_LIMIT, best_raw, finish_raw, raw_key
 
 BACKLOG_SHAPES = [(10_000, 100_000, 1_000_000), (1000, 2000), (5,)]
@@ -36,9 +36,10 @@ def test_raw_scenarios_run_right_before_their_leaseq_twins() -> None:
         ("enqueue-bulk-raw", "enqueue-bulk"),
     ):
         assert names.index(twin) == names.index(raw) + 1
-    # the raw limit, then each process count: pgqueuer, leaseq async, leaseq sync
-    assert names[:7] == [
+    # the two limits, then each process count: pgqueuer, leaseq async, leaseq sync
+    assert names[:8] == [
         "drain-raw",
+        "drain-minimal",
         "drain-pgqueuer",
         "drain-leaseq",
         "drain-leaseq-sync",
@@ -63,9 +64,9 @@ def test_default_run_leaves_the_heavy_scenarios_to_only() -> None:
 
 
 def raw_series(medians: dict[str, list[float]]) -> dict[str, Series]:
-    """Series of the drain-raw scenario with the given per-round rates (1 job per sample)."""
-    scenario = build_scenarios()[0]
-    series = {m.key: Series(m) for m in scenario.metrics}
+    """Series of the drain-raw and drain-minimal scenarios with the given per-round rates (1
+    job per sample)."""
+    series = {m.key: Series(m) for s in build_scenarios()[:2] for m in s.metrics}
     for key, rates in medians.items():
         series[key].samples = [Sample(1, 1.0 / r) for r in rates]
     return series
@@ -95,7 +96,8 @@ def test_raw_limit_is_the_best_configuration_by_median_per_clock() -> None:
     assert round_ratios(series, Ratio("r", "drain-leaseq-db", f"{RAW_LIMIT}-db")) == [0.5] * 3
     table = summary.markdown(series)
     assert (
-        "**raw limit (excl.)**" in table and "4 processes, one connection each, batch 100" in table
+        "**own-statements limit (excl.)**" in table
+        and "4 processes, one connection each, batch 100" in table
     )
 
 
@@ -147,3 +149,33 @@ def test_probe_cpu_covers_the_drain_only_and_survives_an_early_exit() -> None:
     res.waits.update({"": 6, "IO:WALSync": 3, "LWLock:WALWrite": 1})
     res.active_samples = 10
     assert (res.share(""), res.share("IO:"), res.share("Lock:")) == (60.0, 30.0, 0.0)
+
+
+def test_minimal_limit_is_its_best_configuration_and_divides_leaseq_and_own_statements() -> None:
+    # The seed's minimal table has a limit of its own, chosen as the raw one is (best
+    # median per clock); the three ratios of issue 35 divide by it and by the raw limit.
+    series = raw_series(
+        {
+            raw_key(2, 100, "db"): [40.0, 40.0, 40.0],
+            minimal.key(1, 100, "db"): [30.0, 30.0, 30.0],
+            minimal.key(4, 100, "db"): [80.0, 80.0, 80.0],
+        }
+    )
+    series["drain-leaseq-2p-db"] = Series(
+        Metric("drain-leaseq-2p-db", "drain-leaseq-2p", "x"), [Sample(1, 1 / 20.0)] * 3
+    )
+    finish_raw(series)
+    minimal.finish(series)
+    assert series[f"{minimal.LIMIT}-db"].figures() == [80.0] * 3
+    assert "4 processes, batch 100" in series[f"{minimal.LIMIT}-db"].metric.label
+    by_label = {r.label: r for r in minimal.RATIOS}
+    own = next(
+        r for label, r in by_label.items() if label.startswith("own statements / minimal, best")
+    )
+    overall = next(
+        r for label, r in by_label.items() if label.startswith("leaseq async 2p / minimal")
+    )
+    assert round_ratios(series, own) == [0.5] * 3  # 40 / 80
+    assert round_ratios(series, overall) == [0.25] * 3  # 20 / 80
+    table = summary.markdown(series)
+    assert "**minimal limit (excl.)**: the seed's minimal table and statements" in table

@@ -1,0 +1,164 @@
+"""``drain-minimal``: the limit of the problem, the seed's minimal table and statements
+(bench/minimal.py) drained by 1, 2 or 4 processes at batch 100 and 10, the same
+configurations as ``drain-raw`` (leaseq's own statements on leaseq's table). The best
+configuration per clock is the **minimal limit**.
+
+Its ratios split leaseq's gap into its two causes (issue 35):
+- own statements / minimal: leaseq's schema and SQL against the seed's (same process
+  counts and batch, per configuration, and best against best);
+- leaseq / own statements: the worker's Python (the ``drain-raw`` ratios of
+  bench/scenarios/drain.py);
+- leaseq / minimal: the two together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import sys
+
+from bench import minimal
+from bench.db import connect, drop_schema, new_schema_name
+from bench.harness import (
+    BenchError,
+    Metric,
+    Ratio,
+    Sample,
+    Scenario,
+    Series,
+    Settings,
+    run_processes,
+    worker_env,
+)
+from bench.scenarios.drain import CLOCKS, RAW_BATCHES, RAW_LIMIT, RAW_PROCESSES, raw_config, raw_key
+
+NAME = "drain-minimal"
+LIMIT = "drain-minimal-limit"
+
+
+def key(processes: int, batch: int, clock: str) -> str:
+    return f"{NAME}-{processes}p-b{batch}-{clock}"
+
+
+def _last_finished(dsn: str, schema: str) -> float:
+    text = minimal._text(
+        "SELECT extract(epoch FROM max(finished_at))::float8, count(*) FILTER "
+        "(WHERE status = 'succeeded'), count(*) FROM {schema}.jobs",
+        schema,
+    )
+    with connect(dsn) as conn:
+        row = conn.execute(text).fetchone()
+    if row is None or row[0] is None or row[1] != row[2]:
+        raise BenchError(f"the minimal drain left work undone in {schema}")
+    return float(row[0])
+
+
+def drain_minimal(settings: Settings) -> dict[str, Sample]:
+    samples: dict[str, Sample] = {}
+    for batch in RAW_BATCHES:
+        for processes in RAW_PROCESSES:
+            schema = new_schema_name(NAME)
+            try:
+                with connect(settings.dsn) as conn:
+                    conn.execute(f'CREATE SCHEMA "{schema}"')
+                    minimal.create(conn, schema)
+                    minimal.load(conn, schema, settings.jobs)
+                command = [sys.executable, "-P", "-m", "bench.minimal"]
+                command += ["--schema", schema, "--batch", str(batch)]
+                wall, outputs = run_processes(
+                    [command] * processes, worker_env(settings.dsn, schema)
+                )
+                lines = [json.loads(o.splitlines()[-1]) for o in outputs]
+                processed = sum(int(line["processed"]) for line in lines)
+                if processed != settings.jobs:
+                    raise BenchError(f"minimal drain processed {processed} of {settings.jobs}")
+                db = _last_finished(settings.dsn, schema) - min(
+                    float(x["first_claim"]) for x in lines
+                )
+            finally:
+                drop_schema(settings.dsn, schema)
+            samples[key(processes, batch, "db")] = Sample(processed, db)
+            samples[key(processes, batch, "wall")] = Sample(processed, wall)
+    return samples
+
+
+def best(series: dict[str, Series], clock: str) -> str | None:
+    """The minimal configuration with the highest median on ``clock``, or None."""
+    keys = [key(p, b, clock) for b in RAW_BATCHES for p in RAW_PROCESSES]
+    ran = [k for k in keys if k in series and series[k].samples]
+    return max(ran, key=lambda k: statistics.median(series[k].figures())) if ran else None
+
+
+def finish(series: dict[str, Series]) -> None:
+    """After the rounds: the minimal limit, per clock, is its best configuration."""
+    for clock in CLOCKS:
+        won = best(series, clock)
+        target = series.get(f"{LIMIT}-{clock}")
+        if won is None or target is None:
+            continue
+        target.samples = list(series[won].samples)
+        config = raw_config(won.replace(NAME, "drain-raw"))
+        label = f"minimal limit, {CLOCKS[clock]} = best: {config}"
+        target.metric = dataclasses.replace(target.metric, label=label)
+
+
+SCENARIO = Scenario(
+    NAME,
+    "the seed's minimal table and statements: CTE claim + fenced unnest completion, 1/2/4 "
+    "processes, batch 100/10",
+    (
+        *(
+            Metric(
+                key(p, b, clock),
+                NAME,
+                f"minimal {raw_config(raw_key(p, b, clock))}, {label}",
+            )
+            for b in RAW_BATCHES
+            for p in RAW_PROCESSES
+            for clock, label in CLOCKS.items()
+        ),
+        *(Metric(f"{LIMIT}-{c}", NAME, f"minimal limit, {label}") for c, label in CLOCKS.items()),
+    ),
+    drain_minimal,
+    finish=finish,
+)
+
+
+def _ratios() -> list[Ratio]:
+    out: list[Ratio] = []
+    for clock, label in CLOCKS.items():
+        target = " (target >= 0.85)" if clock == "db" else ""
+        out.append(
+            Ratio(
+                f"own statements / minimal, best vs best, {label}{target}",
+                f"{RAW_LIMIT}-{clock}",
+                f"{LIMIT}-{clock}",
+            )
+        )
+        for b in RAW_BATCHES:
+            for p in RAW_PROCESSES:
+                out.append(
+                    Ratio(
+                        f"own statements / minimal, {raw_config(raw_key(p, b, clock))}, {label}",
+                        raw_key(p, b, clock),
+                        key(p, b, clock),
+                    )
+                )
+        for name, what, goal in (
+            ("drain-leaseq", "async 1p", ""),
+            ("drain-leaseq-2p", "async 2p", " (target >= 0.8)"),
+            ("drain-leaseq-sync-2p", "sync 2p", ""),
+        ):
+            goal = goal if clock == "db" else ""
+            out.append(
+                Ratio(
+                    f"leaseq {what} / minimal limit, {label}{goal}",
+                    f"{name}-{clock}",
+                    f"{LIMIT}-{clock}",
+                )
+            )
+    return out
+
+
+RATIOS = tuple(_ratios())
