@@ -57,8 +57,10 @@ TRANSITIONS: frozenset[Transition] = frozenset(
         (_R, "lease_expired", _P),
         (_R, "lease_expired", _D),
         (_R, "lease_expired", _C),
-        # Shutdown gives back a lease whose handler never started.
+        # Shutdown gives back a lease whose handler never started; a superseded one (its
+        # unique key moved to a follow-up) ends cancelled instead of living on beside it.
         (_R, "released", _P),
+        (_R, "released", _C),
         # An operator cancels: a pending job at once, a running one at its next heartbeat.
         (_P, "cancelled", _C),
         # A pending job past its start deadline (expires=) ends unrun (the sweep).

@@ -178,9 +178,14 @@ class EnqueueOps(DepsOps, PayloadOps):
                         outcome=outcome,
                     )
                 continue  # claimed or cancelled meanwhile
-            rows = self._rows("insert_follow_up", {**params, "holder": holder}, conn)
-            if rows:
-                return EnqueueResult(rows[0][0], conflict_state=state, outcome=outcome)
+            # The key row locked first, then the follow-up decided with a new snapshot: a
+            # holder that stopped running meanwhile is seen so (insert_follow_up).
+            with self._transaction(conn) as tx:
+                fenced = {**params, "holder": holder}
+                if self._rows("lock_unique_key", fenced, tx):
+                    rows = self._rows("insert_follow_up", fenced, tx)
+                    if rows:
+                        return EnqueueResult(rows[0][0], conflict_state=state, outcome=outcome)
         raise LeaseqError(
             f"unique key {unique.key!r} changed hands {UNIQUE_ATTEMPTS} times during one "
             "enqueue; try again"

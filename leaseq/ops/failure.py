@@ -82,12 +82,18 @@ class FailureOps(EndingOps):
         return lease.job_id in self.fail_many([failure], connection=connection)
 
     def release_many(self, leases: Sequence[Lease]) -> set[int]:
-        """Give unstarted jobs back without charging an attempt; returns the ids released."""
+        """Give unstarted jobs back without charging an attempt; returns the ids released.
+        A job whose unique key moved to a follow-up meanwhile ends cancelled (SUPERSEDED)
+        rather than coming back beside the follow-up."""
         if not leases:
             return set()
         # A released head goes back in line by id: an earlier job replayed meanwhile goes first.
         keys = [lease.ordering_key for lease in leases]
-        rows = self._change_jobs("release_jobs", fence_arrays(leases), keys)
+        with self._transaction() as conn:
+            rows = self._change_jobs("release_jobs", fence_arrays(leases), keys, conn)
+            # A superseded job ends cancelled instead (its key moved to a follow-up): its
+            # dependents and batch are decided in this transaction, as for any ending.
+            self._promote_dependents(conn, [int(r[0]) for r in rows if r[1] != "pending"])
         return {int(row[0]) for row in rows}
 
     def release(self, lease: Lease) -> bool:

@@ -78,12 +78,18 @@ class AsyncFailureOps(AsyncEndingOps):
         return lease.job_id in await self.fail_many([failure], connection=connection)
 
     async def release_many(self, leases: Sequence[Lease]) -> set[int]:
-        """Give unstarted jobs back without charging an attempt; returns the ids released."""
+        """Give unstarted jobs back without charging an attempt; returns the ids released.
+        A job whose unique key moved to a follow-up meanwhile ends cancelled (SUPERSEDED)
+        rather than coming back beside the follow-up."""
         if not leases:
             return set()
         # A released head goes back in line by id: an earlier job replayed meanwhile goes first.
         keys = [lease.ordering_key for lease in leases]
-        rows = await self._change_jobs("release_jobs", fence_arrays(leases), keys)
+        async with self._transaction() as conn:
+            rows = await self._change_jobs("release_jobs", fence_arrays(leases), keys, conn)
+            # A superseded job ends cancelled instead (its key moved to a follow-up): its
+            # dependents and batch are decided in this transaction, as for any ending.
+            await self._promote_dependents(conn, [int(r[0]) for r in rows if r[1] != "pending"])
         return {int(row[0]) for row in rows}
 
     async def release(self, lease: Lease) -> bool:

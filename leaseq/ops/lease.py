@@ -164,34 +164,57 @@ class LeaseOps(EndingOps, PayloadOps):
         have gained dependents since its claim: it is tried with the coordinated one.
 
         ``results``: job id -> (JSON text, seconds to keep it) for tasks that store their
-        result; stored in the same transaction, for the jobs this completion took only."""
+        result; stored in the same transaction, for the jobs this completion took only
+        (see ``complete_leases`` to tell two leases of one job apart)."""
+        by_lease = {
+            (x.job_id, x.token): results[x.job_id] for x in leases if x.job_id in (results or {})
+        }
+        done = self.complete_leases(leases, connection=connection, results=by_lease)
+        return {job_id for job_id, _ in done}
+
+    def complete_leases(
+        self,
+        leases: Sequence[Lease],
+        *,
+        connection: Connection[Any] | None = None,
+        results: Mapping[tuple[int, int], tuple[str, float]] | None = None,
+    ) -> set[tuple[int, int]]:
+        """``complete_many`` by lease: returns the (job id, token) of each lease that was
+        still ours, and ``results`` are keyed the same way. A stale and a current lease of
+        one job in one batch (a worker that lost a lease and claimed the job again) stay
+        apart: only the current one's completion and result count."""
         if not leases:
             return set()
         if not results:
             return self._complete(leases, connection)
         with self._transaction(connection) as conn:
             done = self._complete(leases, conn)
-            stored = [x for x in leases if x.job_id in done and x.job_id in results]
+            stored = [x for x in leases if (x.job_id, x.token) in done]
+            stored = [x for x in stored if (x.job_id, x.token) in results]
             if stored:
                 params = {
                     "ids": [x.job_id for x in stored],
                     "tokens": [x.token for x in stored],
                     "values": [
-                        self._seal_value(x.task, results[x.job_id][0], "result") for x in stored
+                        self._seal_value(x.task, results[x.job_id, x.token][0], "result")
+                        for x in stored
                     ],
-                    "ttls": [results[x.job_id][1] for x in stored],
+                    "ttls": [results[x.job_id, x.token][1] for x in stored],
                     "channel": results_channel(self.schema),
                 }
                 self._rows("store_results", params, conn)
         return done
 
-    def _complete(self, leases: Sequence[Lease], connection: Connection[Any] | None) -> set[int]:
+    def _complete(
+        self, leases: Sequence[Lease], connection: Connection[Any] | None
+    ) -> set[tuple[int, int]]:
+        """The completion statements; returns (job id, token) of the leases they took."""
         plain = [x for x in leases if not coordinated(x)]
-        done: set[int] = set()
+        done: set[tuple[int, int]] = set()
         if plain:
             keys = [lease.ordering_key for lease in plain]
             rows = self._change_jobs("complete_jobs", fence_groups(plain), keys, connection)
-            done = {int(row[0]) for row in rows}
+            done = {(int(row[0]), int(row[2])) for row in rows}
             if len(done) == len(leases):
                 return done
         # Leases claimed under limits and nothing else: one statement frees their slots.
@@ -201,15 +224,15 @@ class LeaseOps(EndingOps, PayloadOps):
             rows = self._change_jobs(
                 "complete_limited_jobs", fence_groups(limited), keys, connection
             )
-            done |= {int(row[0]) for row in rows}
+            done |= {(int(row[0]), int(row[2])) for row in rows}
             if len(done) == len(leases):
                 return done
-        rest = [x for x in leases if x.job_id not in done]
+        rest = [x for x in leases if (x.job_id, x.token) not in done]
         with self._transaction(connection) as conn:
             keys = [lease.ordering_key for lease in rest]
             rows = self._change_jobs("complete_keyed_jobs", fence_groups(rest), keys, conn)
-            ended = {int(row[0]) for row in rows}
-            self._promote_dependents(conn, ended)
+            ended = {(int(row[0]), int(row[2])) for row in rows}
+            self._promote_dependents(conn, {job_id for job_id, _ in ended})
         return done | ended
 
     def complete(self, lease: Lease, *, connection: Connection[Any] | None = None) -> bool:

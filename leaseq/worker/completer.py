@@ -16,10 +16,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import psycopg
+
 from leaseq.client_async import AsyncClient
 from leaseq.models import Failure, Lease
 from leaseq.states import JobStatus
-from leaseq.worker.outage import TRANSIENT, Outage
+from leaseq.worker.outage import TRANSIENT, Outage, first_line
 
 log = logging.getLogger("leaseq.worker")
 
@@ -90,27 +92,30 @@ class Completer:
         done.update(await self._write(self._fail, failures))
         for pending in batch:
             try:
-                pending.on_done(done.get(pending.lease.job_id))
+                pending.on_done(done.get(_key(pending)))
             except Exception:  # a bookkeeping bug must not stop every later completion
                 log.exception("completion callback failed for job %d", pending.lease.job_id)
 
-    async def _complete(self, pending: list[_Pending]) -> dict[int, JobStatus]:
-        results = {p.lease.job_id: p.result for p in pending if p.result is not None}
-        done = await self._client.complete_many([p.lease for p in pending], results=results)
+    async def _complete(self, pending: list[_Pending]) -> dict[_Key, JobStatus]:
+        # By lease, not job id: a stale and a current lease of one job in one batch stay
+        # apart (only the current one's completion and result count).
+        results = {_key(p): p.result for p in pending if p.result is not None}
+        done = await self._client.complete_leases([p.lease for p in pending], results=results)
         return dict.fromkeys(done, JobStatus.SUCCEEDED)
 
-    async def _fail(self, pending: list[_Pending]) -> dict[int, JobStatus]:
+    async def _fail(self, pending: list[_Pending]) -> dict[_Key, JobStatus]:
         failures = [p.outcome for p in pending if isinstance(p.outcome, Failure)]
-        return await self._client.fail_many(failures)
+        ended = await self._client.fail_many(failures)
+        return {_key(p): ended[p.lease.job_id] for p in pending if p.lease.job_id in ended}
 
     async def _write(
         self,
-        write: Callable[[list[_Pending]], Awaitable[dict[int, JobStatus]]],
+        write: Callable[[list[_Pending]], Awaitable[dict[_Key, JobStatus]]],
         pending: list[_Pending],
         only: JobStatus | None = None,
-    ) -> dict[int, JobStatus]:
+    ) -> dict[_Key, JobStatus]:
         """One fenced batch write, retried through connection trouble; returns the new status
-        of each job the database accepted.
+        of each lease the database accepted.
 
         Retrying is safe because the write is fenced. A try that failed (a timeout, a
         broken connection) has an unknown outcome: its commit may have happened (say, a
@@ -118,19 +123,25 @@ class Completer:
         finds the lease gone. So after such a try, the jobs a retry misses are re-read
         (``attempts_ended``: ended by this lease's own write?): never assumed lost, never
         assumed done. ``only``: the one status that write sets (success).
+
+        Any other database error (the server refused the statement: nothing was written)
+        must not stop the completion task: the batch is written again one lease at a time,
+        so the others are recorded, and a lease refused on its own is reported lost (its
+        lease expires and the sweeper retries the job).
         """
         uncertain = False
         while pending:
             try:
                 async with asyncio.timeout(self._op_timeout):
                     accepted = await write(pending)
-                    missed = [p.lease for p in pending if p.lease.job_id not in accepted]
+                    missed = [p for p in pending if _key(p) not in accepted]
                     if uncertain and missed:
-                        ended = await self._client.attempts_ended(missed)
+                        ended = await self._client.attempts_ended([p.lease for p in missed])
                         accepted.update(
-                            (job_id, status)
-                            for job_id, status in ended.items()
-                            if only is None or status == only
+                            (_key(p), ended[p.lease.job_id])
+                            for p in missed
+                            if p.lease.job_id in ended
+                            and (only is None or ended[p.lease.job_id] == only)
                         )
                 self._outage.ok()
                 return accepted
@@ -140,4 +151,29 @@ class Completer:
                 await asyncio.sleep(self._outage.backoff())
                 now = time.monotonic()
                 pending = [p for p in pending if p.deadline > now]
+            except psycopg.Error as exc:
+                if len(pending) == 1:
+                    log.error(
+                        "the outcome of job %d was refused by the database, its lease is "
+                        "left to expire: %s",
+                        pending[0].lease.job_id,
+                        first_line(exc),
+                        extra={"job_id": pending[0].lease.job_id},
+                    )
+                    return {}
+                log.warning(
+                    "a batch write was refused (%s); writing it lease by lease", first_line(exc)
+                )
+                accepted = {}
+                for one in pending:
+                    accepted.update(await self._write(write, [one], only))
+                return accepted
         return {}
+
+
+_Key = tuple[int, int]
+
+
+def _key(pending: _Pending) -> _Key:
+    """A lease's identity in a batch: job id and token."""
+    return (pending.lease.job_id, pending.lease.token)

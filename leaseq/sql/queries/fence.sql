@@ -104,7 +104,7 @@ SET status = 'succeeded',
     queue_slot = NULL  -- a queue limit's slot goes with the lease (version 16)
 WHERE {_owned_by_token}
   AND NOT j.has_dependents
-RETURNING j.id, {_queue_wake};
+RETURNING j.id, {_queue_wake}, j.lease_token;
 
 -- name: complete_limited_jobs
 -- complete_jobs for leases claimed under limits (no unique key, no dependents): the fenced
@@ -124,7 +124,7 @@ WITH upd AS (
     AND j.unique_key IS NULL
   RETURNING j.id, j.lease_token, {_queue_wake}
 ), {_slots_release}
-SELECT id FROM upd;
+SELECT id, NULL, lease_token FROM upd;
 
 -- name: complete_keyed_jobs
 -- complete_jobs for leases of jobs with a unique key, claimed under limits, or with
@@ -145,7 +145,7 @@ WITH upd AS (
 ), fin AS (
   SELECT * FROM upd WHERE unique_key IS NOT NULL
 ), {_unique_release}, {_slots_release}
-SELECT id FROM upd;
+SELECT id, NULL, lease_token FROM upd;
 
 -- name: fail_jobs
 -- Fenced failure for a batch. Python decided each job's next state (retry after a delay,

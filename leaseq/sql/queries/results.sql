@@ -2,14 +2,21 @@
 
 
 -- name: store_results
--- In the transaction of the fenced completion, only for the jobs that completion took
+-- In the transaction of the fenced completion, only for the leases that completion took
 -- (the client passes the ids it returned, with their tokens): a stale worker's completion
--- took nothing, so it stores nothing. A re-run after a replay overwrites an older
--- attempt's value, never the reverse (lease_token). The NOTIFY wakes result() waiters.
+-- took nothing, so it stores nothing. Keyed by lease, not job: only the value of the lease
+-- that ended the job (its token is the job's lease_token, and it succeeded) is stored, once
+-- per job, so a stale and a current lease of one job in one batch cannot both reach the
+-- upsert (which would fail the whole completion: ON CONFLICT cannot touch a row twice). A
+-- re-run after a replay overwrites an older attempt's value, never the reverse
+-- (lease_token). The NOTIFY wakes result() waiters.
 WITH u AS (
-  SELECT *
+  SELECT DISTINCT ON (u.id) u.id, u.token, u.value, u.ttl
   FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(values)s::jsonb[],
               %(ttls)s::float8[]) AS u(id, token, value, ttl)
+  JOIN {schema}.jobs AS j
+    ON j.id = u.id AND j.lease_token = u.token AND j.status = 'succeeded'
+  ORDER BY u.id
 ), ins AS (
   INSERT INTO {schema}.job_results AS r (job_id, value, stored_at, expires_at, lease_token)
   SELECT u.id, u.value, now(), now() + make_interval(secs => u.ttl), u.token

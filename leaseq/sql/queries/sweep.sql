@@ -4,26 +4,46 @@
 -- name: release_jobs
 -- Gives back leases whose handler never started (shutdown): the attempt is not charged
 -- and available_at is kept, so the job keeps its place in line. Its limit slots go too.
-WITH upd AS (
+-- Unique keys as in fail_keyed_jobs: a job whose key moved to a follow-up (superseded,
+-- _unique_superseded locks the key rows) is not given back as a second live job with the
+-- key: it ends cancelled (SUPERSEDED), and the follow-up keeps the key.
+WITH d0 AS (
+  SELECT *
+  FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[])
+    AS l(id, owner, token)
+), {_unique_superseded}, d AS (
+  SELECT d0.id, d0.owner, d0.token, coalesce(s.superseded, false) AS superseded,
+         'superseded: its unique key moved to job ' || coalesce(s.holder::text, '(none)')
+           || ', not run' AS reason
+  FROM d0 LEFT JOIN sup AS s ON s.id = d0.id
+), upd AS (
   UPDATE {schema}.jobs AS j
-  SET status = 'pending',
+  SET status = CASE WHEN d.superseded THEN 'cancelled'
+                    ELSE 'pending' END::{schema}.job_status,
       attempt_count = j.attempt_count - 1,
+      finished_at = CASE WHEN d.superseded THEN now() ELSE j.finished_at END,
+      last_error_code = CASE WHEN d.superseded THEN '{code:SUPERSEDED}'
+                             ELSE j.last_error_code END,
+      last_error_detail = CASE WHEN d.superseded THEN d.reason ELSE j.last_error_detail END,
       lease_owner = NULL,
       lease_expires_at = NULL,
       queue_slot = NULL
-  FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[]) AS l(id, owner, token)
-  WHERE j.id = l.id
+  FROM d
+  WHERE j.id = d.id
     AND j.status = 'running'
-    AND j.lease_owner = l.owner
-    AND j.lease_token = l.token
+    AND j.lease_owner = d.owner
+    AND j.lease_token = d.token
     AND j.lease_expires_at > now()
-  RETURNING j.id, j.lease_token, j.attempt_count, l.owner, {_queue_wake}
+  RETURNING j.id, j.status, j.lease_token, j.attempt_count, d.owner, d.superseded, d.reason,
+            {_queue_wake}
 ), {_slots_release}
 INSERT INTO {schema}.job_events
-  (job_id, event, from_status, to_status, actor, lease_token, attempt)
-SELECT id, 'released', 'running', 'pending', owner, lease_token, attempt_count
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code, detail)
+SELECT id, 'released', 'running', status, owner, lease_token, attempt_count,
+       CASE WHEN superseded THEN '{code:SUPERSEDED}' END,
+       CASE WHEN superseded THEN reason END
 FROM upd
-RETURNING job_id;
+RETURNING job_id, to_status::text;
 
 -- name: lock_expired_leases
 -- First half of the sweep: lock a bounded batch of expired leases. SKIP LOCKED lets

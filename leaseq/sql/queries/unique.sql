@@ -138,15 +138,32 @@ WITH upd AS (
 SELECT id, {_notify_ready}
 FROM upd;
 
+-- name: lock_unique_key
+-- insert_follow_up's first step, in the same transaction: lock the key row while it still
+-- names the holder live. Every statement that stops a keyed job running (fail_keyed_jobs,
+-- expire_leases and release_jobs lock the row in _unique_superseded; complete_keyed_jobs
+-- changes it) does so before it commits, so once this lock is ours each of them either
+-- committed before it, and insert_follow_up (a new snapshot, READ COMMITTED) sees the
+-- holder pending or ended, or waits for this transaction and then finds the key moved.
+SELECT job_id
+FROM {schema}.unique_keys
+WHERE unique_key = %(unique_key)s AND job_id = %(holder)s AND held_until IS NULL
+FOR UPDATE;
+
 -- name: insert_follow_up
 -- on_conflict="replace" (or a debounce) while the holder runs: a running job is never
 -- changed, so a new job with the new payload is queued and the key moves to it, fenced by
--- the holder still holding it live. The holder is now superseded: if its attempt fails it
--- ends cancelled (SUPERSEDED) rather than coming back as a second live job with the key.
+-- the holder still holding it live AND still running (after lock_unique_key: a retry or a
+-- requeue that committed between unique_holder and here left it pending, and then no
+-- follow-up is queued: the client reads the holder again and replaces its payload). The
+-- holder is now superseded: if its attempt fails it ends cancelled (SUPERSEDED) rather
+-- than coming back as a second live job with the key.
 WITH lock AS (
   UPDATE {schema}.unique_keys AS k
   SET job_id = nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass)
   WHERE k.unique_key = %(unique_key)s AND k.job_id = %(holder)s AND k.held_until IS NULL
+    AND EXISTS (SELECT 1 FROM {schema}.jobs AS h
+                WHERE h.id = %(holder)s AND h.status = 'running')
   RETURNING k.job_id
 ), {_unique_insert}, ev AS (
   INSERT INTO {schema}.job_events

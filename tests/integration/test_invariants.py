@@ -1,0 +1,231 @@
+"""Issue 28's six reproduced invariant breaks, each at its boundary: a statement of one
+path paused (a transaction holding a lock, or the client stopped between two of its
+statements) while another path commits, then the invariant checked on the rows. Each test
+failed before its fix (checked by reverting the fix once)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from psycopg import Connection
+
+import leaseq
+from leaseq import JobStatus
+from leaseq.ops.reads_async import Row
+from leaseq.worker.completer import Completer
+from tests.support.helpers import expire_lease, make_available, rows
+
+
+def _live(dsn: str, schema: str, key: str) -> list[int]:
+    found = rows(
+        dsn,
+        "SELECT id FROM {s}.jobs WHERE unique_key = %s AND status IN ('pending', 'running')"
+        " ORDER BY id",
+        schema,
+        key,
+    )
+    return [int(r[0]) for r in found]
+
+
+class PausingClient(leaseq.Client):
+    """A client that stops after one named statement until the test lets it go on: the
+    boundary between two statements of one operation, held open on purpose."""
+
+    def __init__(self, *args: Any, pause_after: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pause_after = pause_after
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def _rows(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        connection: Connection[Any] | None = None,
+        *,
+        tolerant: bool = False,
+    ) -> list[Row]:
+        found = super()._rows(name, params, connection, tolerant=tolerant)
+        if name == self.pause_after and not self.reached.is_set():
+            self.reached.set()
+            assert self.go.wait(30), "the test never let the paused statement go on"
+        return found
+
+
+# -- 1: release of a superseded job -------------------------------------------------------
+
+
+def test_release_of_a_superseded_job_does_not_revive_it_beside_its_follow_up(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """A claimed keyed job, a replace that queues a follow-up while it runs, then the
+    worker shuts down and gives the unstarted lease back: the follow-up alone holds the
+    key live; the released holder ends cancelled (SUPERSEDED), its old payload never runs."""
+    holder = client.enqueue("t", {"v": 1}, unique_key="k1", on_conflict="replace")
+    (lease,) = client.claim(worker="w")
+    follow_up = client.enqueue("t", {"v": 2}, unique_key="k1", on_conflict="replace")
+    assert follow_up != holder
+    assert client.release(lease)
+    assert _live(dsn, schema, "k1") == [follow_up]
+    job = client.get_job(holder)
+    assert job is not None and job.status is JobStatus.CANCELLED
+    assert job.last_error_code == "SUPERSEDED"
+    assert [(e.event, e.to_status) for e in client.job_events(holder)][-1] == (
+        "released",
+        JobStatus.CANCELLED,
+    )
+    # What is claimed next is the follow-up with the new payload, and nothing else.
+    claimed = client.claim(worker="w", limit=10)
+    assert [(x.job_id, x.payload) for x in claimed] == [(follow_up, {"v": 2})]
+
+
+def test_release_of_a_job_that_kept_its_key_gives_it_back(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    holder = client.enqueue("t", unique_key="k1")
+    (lease,) = client.claim(worker="w")
+    assert client.release(lease)
+    assert _live(dsn, schema, "k1") == [holder]
+    job = client.get_job(holder)
+    assert job is not None and job.status is JobStatus.PENDING and job.attempt_count == 0
+
+
+# -- 2: a follow-up racing the holder's retry ----------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["retry", "sweep", "release"])
+def test_follow_up_racing_the_holders_retry_leaves_one_live_job(
+    dsn: str, schema: str, client: leaseq.Client, how: str
+) -> None:
+    """The enqueue read the holder as running (unique_holder) and is stopped there; the
+    holder's retry (a failure, the sweeper's requeue, a release) commits; the enqueue goes
+    on. Before the fix insert_follow_up moved the key to a new job while the holder was
+    pending again: two live jobs with one key. Now the enqueue replaces the pending
+    holder's payload instead."""
+    holder = client.enqueue("t", {"v": 1}, unique_key="k2", on_conflict="replace")
+    (lease,) = client.claim(worker="w")
+    enqueuer = PausingClient(dsn, schema=schema, pause_after="unique_holder")
+    result: list[int] = []
+    thread = threading.Thread(
+        target=lambda: result.append(
+            enqueuer.enqueue("t", {"v": 2}, unique_key="k2", on_conflict="replace")
+        )
+    )
+    try:
+        thread.start()
+        assert enqueuer.reached.wait(30)
+        if how == "retry":
+            assert client.fail(lease, "BOOM", retryable=True)
+        elif how == "sweep":
+            rows(
+                dsn,
+                "UPDATE {s}.jobs SET lease_expires_at = now() - interval '1 second'"
+                " WHERE id = %s RETURNING id",
+                schema,
+                holder,
+            )
+            assert client.sweep().requeued == 1
+        else:
+            assert client.release(lease)
+        enqueuer.go.set()
+        thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        enqueuer.go.set()
+        enqueuer.close()
+    assert _live(dsn, schema, "k2") == [holder]
+    assert result == [holder]
+    job = client.get_job(holder)
+    assert job is not None and job.status is JobStatus.PENDING and job.payload == {"v": 2}
+
+
+# -- 6: a stale and a current lease of one job in one completion batch --------------------
+
+
+def _stale_and_current(dsn: str, schema: str, client: leaseq.Client) -> tuple[Any, Any]:
+    """A lease that expired and was swept (stale) and the job's next lease (current)."""
+    client.enqueue("t")
+    (stale,) = client.claim(worker="w")
+    expire_lease(dsn, schema, stale.job_id)
+    assert client.sweep().requeued == 1
+    make_available(dsn, schema)
+    (current,) = client.claim(worker="w")
+    assert current.job_id == stale.job_id and current.token == stale.token + 1
+    return stale, current
+
+
+def test_stale_and_current_lease_in_one_batch_store_the_current_result(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """Before the fix the stored results were matched by job id: the job went into
+    store_results twice, the upsert raised CardinalityViolation and the current lease's
+    completion rolled back with it."""
+    # The job-id keyed form with both leases: one completion, one value, no error.
+    other_stale, other = _stale_and_current(dsn, schema, client)
+    assert client.complete_many([other_stale, other], results={other.job_id: ("7", 60.0)}) == {
+        other.job_id
+    }
+    assert client.result(other.job_id, timeout=0) == 7
+    # By lease: each lease its own value, and only the current one's is stored.
+    stale, current = _stale_and_current(dsn, schema, client)
+    results = {
+        (stale.job_id, stale.token): ('"stale"', 60.0),
+        (current.job_id, current.token): ('"current"', 60.0),
+    }
+    done = client.complete_leases([stale, current], results=results)
+    assert done == {(current.job_id, current.token)}
+    assert client.result(current.job_id, timeout=0) == "current"
+
+
+async def test_completer_reports_the_stale_lease_lost_and_survives_a_refused_write(
+    dsn: str, schema: str, client: leaseq.Client, aclient: leaseq.AsyncClient
+) -> None:
+    """The worker's completion task: the stale attempt is reported lost (None), not
+    succeeded; a write the database refuses (a result that is not JSON) costs only its own
+    lease, and the task goes on completing later work."""
+    stale, current = _stale_and_current(dsn, schema, client)
+    client.enqueue("t")
+    (bad,) = client.claim(worker="w")
+    completer = Completer(aclient)
+    task = asyncio.create_task(completer.run())
+    seen: dict[tuple[int, int], JobStatus | None] = {}
+
+    def submit(lease: Any, result: tuple[str, float] | None) -> asyncio.Event:
+        event = asyncio.Event()
+
+        def done(status: JobStatus | None) -> None:
+            seen[lease.job_id, lease.token] = status
+            event.set()
+
+        completer.submit(lease, deadline=time.monotonic() + 60, on_done=done, result=result)
+        return event
+
+    try:
+        events = [
+            submit(stale, ('"stale"', 60.0)),
+            submit(current, ('"current"', 60.0)),
+            submit(bad, ("{not json", 60.0)),
+        ]
+        for event in events:
+            await asyncio.wait_for(event.wait(), 30)
+        assert seen[stale.job_id, stale.token] is None
+        assert seen[current.job_id, current.token] is JobStatus.SUCCEEDED
+        assert seen[bad.job_id, bad.token] is None
+        assert not task.done()
+        client.enqueue("t")
+        (later,) = client.claim(worker="w")
+        await asyncio.wait_for(submit(later, ("1", 60.0)).wait(), 30)
+        assert seen[later.job_id, later.token] is JobStatus.SUCCEEDED
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert client.result(current.job_id, timeout=0) == "current"
+    job = client.get_job(bad.job_id)
+    assert job is not None and job.status is JobStatus.RUNNING  # left to its lease's expiry
