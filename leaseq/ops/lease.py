@@ -166,9 +166,8 @@ class LeaseOps(EndingOps, PayloadOps):
         ``results``: job id -> (JSON text, seconds to keep it) for tasks that store their
         result; stored in the same transaction, for the jobs this completion took only
         (see ``complete_leases`` to tell two leases of one job apart)."""
-        by_lease = {
-            (x.job_id, x.token): results[x.job_id] for x in leases if x.job_id in (results or {})
-        }
+        given = results or {}
+        by_lease = {(x.job_id, x.token): given[x.job_id] for x in leases if x.job_id in given}
         done = self.complete_leases(leases, connection=connection, results=by_lease)
         return {job_id for job_id, _ in done}
 
