@@ -73,6 +73,7 @@ DEFAULT_PAGES = [
     "/dead",
     "/keys",
     "/pauses",
+    "/limits",
 ]
 
 #: Filtered job lists, timed for information: a narrow filter walks the primary key
@@ -97,6 +98,12 @@ def fill_history(dsn: str, schema: str, count: int) -> None:
     with connect(dsn) as conn:
         conn.execute(text, (count, count))
         settle(conn, schema, checkpoint=False)
+
+
+def add_limits(client: leaseq.Client) -> None:
+    """Six limits of every kind (the /limits page reads each one's slots and waiting)."""
+    for name in ("queue:q1", "queue:q2", "task:t3", "key:acct-1", "key:tenant:*", "queue:*"):
+        client.set_limit(name, concurrency=5, reason="bench")
 
 
 def default_reads(job_id: int) -> list[tuple[str, dict[str, Any] | None]]:
@@ -127,6 +134,7 @@ def default_reads(job_id: int) -> list[tuple[str, dict[str, Any] | None]]:
         ("unique_key_of_job", one),
         ("web_job_ordering_key", one),
         ("blocked_keys", {"limit": 100}),
+        ("list_limits", {}),
     ]
 
 
@@ -147,7 +155,9 @@ def _time_pages(dsn: str, schema: str, job_id: int, repeat: int) -> dict[str, li
 
     from leaseq.web import create_app
 
-    app = create_app(leaseq.AsyncClient(dsn, schema=schema), close_client=True)
+    app = create_app(
+        leaseq.AsyncClient(dsn, schema=schema), close_client=True, allowed_hosts=["testserver"]
+    )
     took: dict[str, list[float]] = {}
     with TestClient(app) as tc:
         for page in DEFAULT_PAGES + FILTERED_PAGES:
@@ -172,6 +182,7 @@ def main() -> None:
     with fresh_schema(dsn, "web") as client:
         started = time.perf_counter()
         fill_history(dsn, client.schema, args.jobs)
+        add_limits(client)
         print(f"filled {args.jobs} jobs in {time.perf_counter() - started:.1f}s")
         dead = client.list_jobs("dead", limit=1)
         job_id = dead[0].job_id if dead else 1

@@ -1,5 +1,7 @@
 """``leaseq web``: serve the dashboard (``leaseq.web``) with uvicorn. Without credentials it
-serves on loopback only; a non-loopback ``--host`` then is refused in one line.
+serves on loopback only; a non-loopback ``--host`` then is refused in one line, and so is a
+password shorter than 12 characters. Requests must name the bound address (or, on loopback,
+a loopback name) or an ``--allowed-host`` in their ``Host`` header: DNS rebinding is refused.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from leaseq.cli.settings import Settings, pass_settings
 from leaseq.errors import ConfigError
 
 MISSING_EXTRA = "the dashboard needs the web extra: pip install 'leaseq[web]'"
+#: The shortest password `leaseq web` accepts when it serves beyond loopback.
+MIN_PASSWORD_BEYOND_LOOPBACK = 12
 
 
 def is_loopback(host: str) -> bool:
@@ -23,6 +27,21 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def allowed_host_list(host: str, extra: tuple[str, ...]) -> list[str]:
+    """The Host allow-list: the bound address (a wildcard one admits any IP literal), the
+    loopback names when bound to loopback, and each ``--allowed-host``."""
+    from leaseq.web.security import LOOPBACK_NAMES, HostPolicy  # the web extra's
+
+    hosts = [host, *extra]
+    if is_loopback(host):
+        hosts += LOOPBACK_NAMES
+    try:
+        HostPolicy(hosts)
+    except ValueError as exc:
+        raise ConfigError(f"--allowed-host: {exc}") from None
+    return hosts
 
 
 def credentials(user: str | None, password_file: str | None) -> tuple[str, str] | None:
@@ -65,6 +84,17 @@ def credentials(user: str | None, password_file: str | None) -> tuple[str, str] 
 @click.option("--read-only", is_flag=True, help="Show everything, offer and accept no action.")
 @click.option("--base-path", default="", help="Prefix a reverse proxy serves the dashboard under.")
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    help="A host name requests may use besides the bound address (repeatable).",
+)
+@click.option(
+    "--trust-forwarded",
+    is_flag=True,
+    help="Trust X-Forwarded-Proto/-For from the reverse proxy (Secure cookies over its TLS).",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(0.1, 300.0),
     default=5.0,
@@ -80,6 +110,8 @@ def web(
     password_file: str | None,
     read_only: bool,
     base_path: str,
+    allowed_hosts: tuple[str, ...],
+    trust_forwarded: bool,
     timeout: float,
 ) -> None:
     """Serve the web dashboard: queues, jobs, dead jobs, replay, pauses."""
@@ -90,16 +122,27 @@ def web(
             "LEASEQ_WEB_USER and LEASEQ_WEB_PASSWORD (or --user and --password-file), "
             "or keep --host 127.0.0.1"
         )
-    if base_path and not base_path.startswith("/"):
-        raise ConfigError("--base-path must start with '/'")
+    short = login is not None and len(login[1]) < MIN_PASSWORD_BEYOND_LOOPBACK
+    if short and not is_loopback(host):
+        raise ConfigError(
+            f"the dashboard password must be at least {MIN_PASSWORD_BEYOND_LOOPBACK} "
+            f"characters when serving on {host} (beyond loopback)"
+        )
     try:
         # The extra's packages are optional: imported only by this command.
         import uvicorn
 
         from leaseq.client_async import AsyncClient
         from leaseq.web import BasicAuth, create_app
+        from leaseq.web.security import check_base_path, secret_from_env
     except ImportError:
         raise ConfigError(MISSING_EXTRA) from None
+    hosts = allowed_host_list(host, allowed_hosts)
+    try:
+        base_path = check_base_path(base_path)
+        secret = secret_from_env()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     settings.client.check_schema()  # a wrong DSN or schema fails here, in one line
     settings.reader.read_replica_lag()  # and so does an unreachable --read-dsn
     client = AsyncClient(
@@ -115,6 +158,9 @@ def web(
         read_only=read_only,
         base_path=base_path,
         close_client=True,
+        allowed_hosts=hosts,
+        trust_forwarded=trust_forwarded,
+        csrf_secret=secret,
     )
     mode = " (read-only)" if read_only else ""
     who = f", basic auth user {login[0]}" if login else ", no auth: loopback only"

@@ -27,6 +27,7 @@ from leaseq.models import (
 from leaseq.ops.base import ClientBase, Row
 from leaseq.params import job_filter
 from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_from_row
+from leaseq.rules.limits import Limit, limit_from_row
 from leaseq.rules.pauses import Pause, pauses_from_rows
 
 #: How many of the newest jobs the throughput sparkline looks at (a primary-key range).
@@ -140,3 +141,9 @@ class WebOps(ClientBase):
     def web_pauses(self) -> list[Pause]:
         (rows,) = self._web_rows([("list_pauses", None)])
         return pauses_from_rows(rows)
+
+    def web_limits(self) -> list[Limit]:
+        """Every limit with its slots in use and jobs waiting (``limits()``), under the
+        dashboard's statement timeout."""
+        (rows,) = self._web_rows([("list_limits", {})])
+        return [limit_from_row(r) for r in rows]

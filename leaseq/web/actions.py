@@ -3,8 +3,11 @@ filter (with a dry-run count), skip of a blocked key's dead head, pause and resu
 
 Each checks, in order: the CSRF token, that the user may do it (never in read-only mode),
 the form; then calls the same audited client operation as the CLI, with the authenticated
-user as the actor. A refusal (not dead, a live duplicate holds the unique key, not paused,
-bad input) is a message on the page with a 4xx status, and nothing is changed.
+user as the actor, and ends with a 303 redirect to its page (POST-redirect-GET: a reload
+repeats nothing). A refusal (not dead, a live duplicate holds the unique key, not paused,
+bad input) is a message on the page with a 4xx status, and nothing is changed. A bulk
+replay or purge without any filter (every dead job) also needs the confirmation
+``all N`` naming how many dead jobs there are, as the CLI needs ``--all``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from leaseq.web import forms
 from leaseq.web.context import Web
 from leaseq.web.pages import Pages
 from leaseq.web.security import CSRF_FIELD
+
+#: How far the "all" confirmation counts (a purge of more is refused: narrow the filter).
+ALL_CAP = 10_000_000
 
 Handler = Callable[[Request, FormData], Awaitable[Response]]
 #: Renders the page an action belongs to with a refusal: (request, form, error, status).
@@ -41,8 +47,8 @@ class Actions:
         async def endpoint(request: Request) -> Response:
             form = await request.form()
             token = form.get(CSRF_FIELD)
-            if not self.web.csrf.check(request, token if isinstance(token, str) else None):
-                why = "the form expired or did not come from this page (CSRF check failed)"
+            why = self.web.csrf_refusal(request, token if isinstance(token, str) else None)
+            if why is not None:
                 return await page(request, form, why, 403)
             if not self.web.allowed(request, action):
                 why = "the dashboard is read-only" if self.web.read_only else "not allowed"
@@ -68,7 +74,7 @@ class Actions:
             return await self.pages.job_page(
                 request, error=f"job {job_id} is not dead: nothing replayed", status=409
             )
-        return await self.pages.job_page(request, message=f"job {job_id} replayed: pending")
+        return self.web.done(request, f"/jobs/{job_id}", f"job {job_id} replayed: pending")
 
     async def cancel(self, request: Request, form: FormData) -> Response:
         job_id = forms.job_id(request.path_params.get("job_id"))
@@ -78,9 +84,8 @@ class Actions:
             return await self.pages.job_page(
                 request, error=f"job {job_id} is already finished: nothing cancelled", status=409
             )
-        return await self.pages.job_page(
-            request, message=f"job {job_id}: cancelled (or, if running, asked to stop)"
-        )
+        message = f"job {job_id}: cancelled (or, if running, asked to stop)"
+        return self.web.done(request, f"/jobs/{job_id}", message)
 
     # -- dead jobs by filter ------------------------------------------------------------
 
@@ -95,16 +100,26 @@ class Actions:
                 request, form, message=f"dry run: {verb} would take {count}{more} dead jobs"
             )
         reason = forms.reason(form, f"a {verb}")
+        if not any(filters.values()):
+            _, count = await self.web.client.web_dead(limit=1, cap=ALL_CAP, **filters)
+            wanted = f"all {count}"
+            typed = " ".join(str(form.get("confirm_all") or "").split())
+            if typed != wanted:
+                raise forms.BadInput(
+                    f"no filter: this would {verb} every dead job; to do that, type "
+                    f"“{wanted}” in the confirmation box (or filter by queue, task or code)"
+                )
         actor = self.web.actor(request)
+        back = forms.dead_query(filters)
         if verb == "purge":
             purged = await self.web.client.purge_dead(reason=reason, actor=actor, **filters)
-            return await self.pages.dead_page(request, form, message=f"purged {purged} jobs")
+            return self.web.done(request, back, f"purged {purged} jobs")
         result = await self.web.client.replay_many(reason=reason, actor=actor, **filters)
         message = f"replayed {int(result)} jobs"
         if result.refused:
             shown = ", ".join(f"{job} (held by {holder})" for job, holder in result.refused[:10])
             message += f"; {len(result.refused)} refused, their unique key is held: {shown}"
-        return await self.pages.dead_page(request, form, message=message)
+        return self.web.done(request, back, message)
 
     # -- keys and pauses ----------------------------------------------------------------
 
@@ -118,7 +133,7 @@ class Actions:
             return await self.pages.keys_page(
                 request, error=f"job {job_id} is not a blocking dead head", status=409
             )
-        return await self.pages.keys_page(request, message=f"skipped job {job_id}")
+        return self.web.done(request, "/keys", f"skipped job {job_id}")
 
     def _scope(self, form: FormData) -> dict[str, str]:
         scope = forms.text(form, "scope", "scope") or ""
@@ -141,7 +156,7 @@ class Actions:
         )
         what = next(iter(scope.values()))
         message = f"paused {what}" if created else f"{what} was already paused (kept as it was)"
-        return await self.pages.pauses_page(request, message=message)
+        return self.web.done(request, "/pauses", message)
 
     async def resume(self, request: Request, form: FormData) -> Response:
         scope = self._scope(form)
@@ -156,4 +171,4 @@ class Actions:
         what = next(iter(scope.values()))
         if not done:
             return await self.pages.pauses_page(request, error=f"{what} was not paused", status=409)
-        return await self.pages.pauses_page(request, message=f"resumed {what}")
+        return self.web.done(request, "/pauses", f"resumed {what}")

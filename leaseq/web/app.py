@@ -1,12 +1,13 @@
 """``create_app``: the dashboard as one Starlette app, with its routes, the guard every
-request passes (authentication, then the security headers on every response, errors
-included) and the mapping of a timed-out or unreachable database to a page, never a 500.
+request passes (``guard.py``: Host allow-list, cross-site POSTs, login throttle,
+authentication, the security headers on every response, errors included) and the mapping of
+a timed-out or unreachable database to a page, never a 500 (and never PostgreSQL's text).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -16,50 +17,24 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from leaseq.client_async import AsyncClient
 from leaseq.errors import DatabaseUnavailable, LeaseqError
 from leaseq.web.actions import Actions, RefusalPage
 from leaseq.web.context import HERE, Web, make_templates
 from leaseq.web.extras import extra_routes
+from leaseq.web.guard import Guard
 from leaseq.web.pages import Pages
 from leaseq.web.schedules import SchedulePages
-from leaseq.web.security import SECURITY_HEADERS, AuthHook, AuthorizeHook, Csrf, resolve_user
-
-
-class Guard:
-    """Authenticates every request (401 without a user) and adds the security headers to
-    every response."""
-
-    def __init__(self, app: ASGIApp, auth: AuthHook | None, challenge: bool) -> None:
-        self.app = app
-        self.auth = auth
-        self.challenge = challenge
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                present = {name.lower() for name, _ in headers}
-                for name, value in SECURITY_HEADERS.items():
-                    if name.lower().encode() not in present:
-                        headers.append((name.lower().encode(), value.encode()))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        user = await resolve_user(self.auth, Request(scope))
-        if user is None:
-            challenge = {"WWW-Authenticate": 'Basic realm="leaseq"'} if self.challenge else {}
-            denied = PlainTextResponse("authentication required\n", 401, headers=challenge)
-            await denied(scope, receive, send_with_headers)
-            return
-        scope["leaseq_user"] = user
-        await self.app(scope, receive, send_with_headers)
+from leaseq.web.security import (
+    LOOPBACK_NAMES,
+    AuthHook,
+    AuthorizeHook,
+    Csrf,
+    HostPolicy,
+    Throttle,
+    check_base_path,
+)
 
 
 def _problem(request: Request, exc: Exception) -> Response:
@@ -67,7 +42,10 @@ def _problem(request: Request, exc: Exception) -> Response:
         text = "the database took longer than the dashboard's statement timeout; narrow the filter"
         return PlainTextResponse(text + "\n", 503)
     if isinstance(exc, DatabaseUnavailable | psycopg.OperationalError):
-        return PlainTextResponse(f"database unavailable: {str(exc).splitlines()[0]}\n", 503)
+        return PlainTextResponse("database unavailable (the server's log says why)\n", 503)
+    if isinstance(exc, psycopg.Error):
+        # PostgreSQL's text names tables and values: it stays out of the response.
+        return PlainTextResponse("the database refused this request\n", 400)
     return PlainTextResponse(f"{exc}\n", 400)
 
 
@@ -80,6 +58,10 @@ def create_app(
     base_path: str = "",
     csrf_secret: bytes | None = None,
     close_client: bool = False,
+    allowed_hosts: Sequence[str] | None = None,
+    trust_forwarded: bool = False,
+    throttle: Throttle | None = None,
+    csrf_ttl: float = 8 * 3600,
 ) -> Starlette:
     """The dashboard over ``client``'s schema, as an ASGI app to run or mount.
 
@@ -90,18 +72,30 @@ def create_app(
     purge, cancel, skip, pause, resume). ``read_only`` hides and refuses all of them.
     ``base_path`` is the prefix a reverse proxy strips (links are written with it).
     ``close_client`` closes the client when the app shuts down.
+
+    ``allowed_hosts``: the ``Host`` names (and addresses) requests may carry; anything else
+    is refused (421), which is what stops DNS rebinding. ``0.0.0.0`` / ``::`` admit any IP
+    literal, ``*`` anything. The default: loopback names only without ``auth``, anything
+    with it. ``csrf_secret`` (at least 16 bytes; LEASEQ_WEB_SECRET for the CLI) signs the
+    session-bound CSRF tokens, valid ``csrf_ttl`` seconds: give replicas the same one.
+    ``trust_forwarded`` trusts X-Forwarded-Proto/-For from a TLS proxy (Secure cookies,
+    the login throttle's client). ``throttle`` bounds failed logins (10 a minute per client
+    by default).
     """
     if not isinstance(client, AsyncClient):
         raise TypeError("create_app needs a leaseq.AsyncClient (the dashboard is async)")
     web = Web(
         client=client,
         templates=make_templates(),
-        csrf=Csrf(csrf_secret),
+        csrf=Csrf(csrf_secret, ttl=csrf_ttl),
         auth=auth,
         authorize=authorize,
         read_only=read_only,
-        base_path=base_path.rstrip("/"),
+        base_path=check_base_path(base_path),
+        trust_forwarded=trust_forwarded,
     )
+    if allowed_hosts is None:
+        allowed_hosts = LOOPBACK_NAMES if auth is None else ["*"]
     pages = Pages(web)
     actions = Actions(web, pages)
 
@@ -165,6 +159,13 @@ def create_app(
             psycopg.Error: _problem,
         },
     )
-    app.add_middleware(Guard, auth=auth, challenge=bool(getattr(auth, "challenge", False)))
+    app.add_middleware(
+        Guard,
+        auth=auth,
+        challenge=bool(getattr(auth, "challenge", False)),
+        hosts=HostPolicy(allowed_hosts),
+        throttle=throttle or Throttle(),
+        trust_forwarded=trust_forwarded,
+    )
     app.state.web = web
     return app

@@ -45,7 +45,8 @@ def extra_routes(web: Web) -> list[Route]:
 
 def _page(web: Web, name: str, title: str) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        found = getattr(web.client, name)()
+        # The dashboard's own read when there is one (under its statement timeout).
+        found = getattr(web.client, f"web_{name}", getattr(web.client, name))()
         if inspect.isawaitable(found):
             found = await found
         rows = [as_fields(item) for item in list(found)[:MAX_ROWS]]

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from markupsafe import Markup
 
@@ -21,6 +23,8 @@ MAX_TEXT = 200
 MAX_PAYLOAD = 2000
 #: The longest reason for an action (the audit trail bounds details at 4000).
 MAX_REASON = 1000
+#: The deepest nesting a payload filter may have (a deeper one is refused, not recursed).
+MAX_DEPTH = 20
 
 TEXT_FILTERS = {
     "queue": "queue",
@@ -52,6 +56,49 @@ def text(form: Mapping[str, Any], name: str, label: str, limit: int = MAX_TEXT) 
         raise BadInput(f"{label} is too long ({len(value)} characters, at most {limit})")
     if any(ord(c) < 32 and c not in "\t\n\r" for c in value) or "\x7f" in value:
         raise BadInput(f"{label} contains control characters")
+    if not _encodable(value):
+        raise BadInput(f"{label} is not valid Unicode text (a lone surrogate)")
+    return value
+
+
+def _encodable(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _depth(text: str) -> int:
+    """How deeply the brackets of JSON text nest (strings skipped), without parsing."""
+    deepest = depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _no_constant(name: str) -> Any:
+    raise BadInput(f"payload filter: {name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadInput(f"payload filter: {_shown(text)} is out of range")
     return value
 
 
@@ -69,14 +116,21 @@ def state(form: Mapping[str, Any]) -> str | None:
     return value
 
 
-def payload(form: Mapping[str, Any]) -> str | None:
-    """The payload containment filter as normalized JSON text (an object or an array)."""
+def payload(form: Mapping[str, Any], redact: Callable[[str], str] | None = None) -> str | None:
+    """The payload containment filter as normalized JSON text (an object or an array).
+    Refused: nesting deeper than MAX_DEPTH, NaN/Infinity and numbers out of a double's
+    range, lone surrogates, and any filter naming a field the page would show redacted
+    (``redact`` changes its text): a filter must not be an oracle for a hidden value."""
     value = text(form, "payload", "payload filter", MAX_PAYLOAD)
     if value is None:
         return None
+    if _depth(value) > MAX_DEPTH:
+        raise BadInput(f"payload filter nests deeper than {MAX_DEPTH} levels")
     try:
-        parsed = json.loads(value)
-    except ValueError:
+        parsed = json.loads(value, parse_constant=_no_constant, parse_float=_finite)
+    except BadInput:
+        raise
+    except (ValueError, RecursionError):
         parsed = None
     if not isinstance(parsed, dict | list):
         raise BadInput('payload filter must be a JSON object, e.g. {"user": 7}')
@@ -85,14 +139,23 @@ def payload(form: Mapping[str, Any]) -> str | None:
     normalized = json.dumps(parsed, ensure_ascii=False)
     if "\\u0000" in normalized:
         raise BadInput("payload filter contains a NUL character")
+    if not _encodable(normalized):
+        raise BadInput("payload filter is not valid Unicode text (a lone surrogate)")
+    if redact is not None:
+        # The same layout as the job page's payload, so the same fields are masked.
+        for layout in (json.dumps(parsed, indent=2, ensure_ascii=False), normalized):
+            if redact(layout) != layout:
+                raise BadInput("payload filters cannot match redacted fields")
     return normalized
 
 
-def job_filters(form: Mapping[str, Any]) -> dict[str, Any]:
+def job_filters(
+    form: Mapping[str, Any], redact: Callable[[str], str] | None = None
+) -> dict[str, Any]:
     """The job list's filters, checked: state, the text filters, payload, before."""
     found: dict[str, Any] = {name: text(form, name, label) for name, label in TEXT_FILTERS.items()}
     found["state"] = state(form)
-    found["payload"] = payload(form)
+    found["payload"] = payload(form, redact)
     before = form.get("before")
     found["before"] = job_id(before, "before") if before else None
     return found
@@ -101,6 +164,12 @@ def job_filters(form: Mapping[str, Any]) -> dict[str, Any]:
 def dead_filters(form: Mapping[str, Any]) -> dict[str, Any]:
     """The dead list's filter (what a bulk replay or purge acts on)."""
     return {name: text(form, name, TEXT_FILTERS[name]) for name in ("queue", "task", "error_code")}
+
+
+def dead_query(filters: Mapping[str, Any]) -> str:
+    """The dead list's address for these filters (where a bulk action goes back to)."""
+    given = {k: v for k, v in filters.items() if v is not None}
+    return "/dead" + ("?" + urlencode(given) if given else "")
 
 
 def reason(form: Mapping[str, Any], verb: str) -> str:

@@ -94,7 +94,7 @@ class Pages:
         query = request.query_params
         shown = {k: query.get(k, "") for k in ("state", *forms.TEXT_FILTERS, "payload")}
         try:
-            found = forms.job_filters(query)
+            found = forms.job_filters(query, self.web.client.redact)
         except forms.BadInput as exc:
             context: dict[str, Any] = {
                 "jobs": [],

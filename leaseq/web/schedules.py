@@ -57,7 +57,7 @@ class SchedulePages:
             )
         except LeaseqError as exc:
             return await self.render(request, error=str(exc), status=409)
-        return await self.render(request, message=f"schedule {name}: job {job_id} enqueued")
+        return self.web.done(request, "/schedules", f"schedule {name}: job {job_id} enqueued")
 
     async def enable(self, request: Request, form: FormData) -> Response:
         return await self._set(request, form, enable=True)
@@ -78,4 +78,4 @@ class SchedulePages:
             return await self.render(
                 request, error=f"schedule {name} was already {verb}d: nothing changed", status=409
             )
-        return await self.render(request, message=f"schedule {name} {verb}d")
+        return self.web.done(request, "/schedules", f"schedule {name} {verb}d")

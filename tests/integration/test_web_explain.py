@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import leaseq
-from bench.web import explain, fill_history
+from bench.web import add_limits, explain, fill_history
 
 pytestmark = pytest.mark.slow
 
@@ -22,6 +22,7 @@ def test_default_pages_never_scan_the_jobs_table(
     dsn: str, schema: str, client: leaseq.Client
 ) -> None:
     fill_history(dsn, schema, MILLION)
+    add_limits(client)
     dead = client.list_jobs("dead", limit=1)
     assert dead, "the history has dead jobs"
     plans = explain(dsn, client, dead[0].job_id)

@@ -1,7 +1,9 @@
 """The dashboard's routes on a real PostgreSQL (Starlette's TestClient): every page answers,
-every action goes through the audited client API, and every refusal (no auth, no CSRF
-token, read-only, not allowed, a live duplicate, hostile filter input) is a message with a
-4xx status that changes nothing."""
+every action goes through the audited client API and ends in a redirect (POST-redirect-GET),
+and every refusal (no auth, no CSRF token, read-only, not allowed, a live duplicate, hostile
+filter input) is a message with a 4xx status that changes nothing. The security round of
+issue 29 (a forged Host, a foreign Origin, purge-all, session-bound tokens, throttled
+logins, 500s with headers, redacted filters, Secure cookies) is in test_web_security.py."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ with warnings.catch_warnings():
 
 import leaseq
 from leaseq.web import BasicAuth, create_app
-from leaseq.web.security import CSRF_COOKIE
+from leaseq.web.security import SESSION_COOKIE
 from tests.support.helpers import rows
 
 AUTH = ("ops", "s3cret")
@@ -66,6 +68,13 @@ def _token(tc: TestClient, path: str = "/") -> str:
     found = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
     assert found is not None, "no CSRF field on " + path
     return found.group(1)
+
+
+def _minted(tc: TestClient) -> str:
+    """A valid token of this session (read-only pages have no form to take one from)."""
+    session = tc.cookies.get(SESSION_COOKIE)
+    assert session
+    return str(tc.app.state.web.csrf.issue(session, AUTH[0]))  # type: ignore[attr-defined]
 
 
 def _status(dsn: str, schema: str, job: int) -> str:
@@ -256,7 +265,8 @@ def test_replay_meeting_a_live_duplicate_is_a_message_and_changes_nothing(
     assert page.status_code == 409
     assert "replay refused" in page.text and str(live) in page.text
     assert _status(dsn, schema, dead) == "dead" and _status(dsn, schema, live) == "pending"
-    bulk = web.post("/dead/replay", data={"csrf_token": token, "reason": "retry all"})
+    form = {"csrf_token": token, "reason": "retry all", "confirm_all": "all 1"}
+    bulk = web.post("/dead/replay", data=form)
     assert bulk.status_code == 200 and "1 refused" in bulk.text
     assert _status(dsn, schema, dead) == "dead"
 
@@ -331,7 +341,7 @@ def test_post_without_or_with_a_forged_csrf_token_changes_nothing(
         assert page.status_code == 403 and "CSRF" in page.text
     # A token copied from the page but sent without its cookie (another site's form).
     token = _token(web, f"/jobs/{job}")
-    web.cookies.delete(CSRF_COOKIE)
+    web.cookies.delete(SESSION_COOKIE)
     page = web.post(f"/jobs/{job}/replay", data={"reason": "x", "csrf_token": token})
     assert page.status_code == 403
     assert _status(dsn, schema, job) == "dead"
@@ -346,8 +356,7 @@ def test_read_only_hides_and_refuses_every_action(
         assert "Replay</button>" not in page
         assert "Purge all" not in tc.get("/dead").text
         # No form on any page; a valid token (the cookie's own) still gets no action done.
-        token = tc.cookies.get(CSRF_COOKIE)
-        assert token
+        token = _minted(tc)
         for path in (f"/jobs/{job}/replay", "/dead/replay", "/dead/purge", "/pauses/pause"):
             data = {"csrf_token": token, "reason": "x", "scope": "queue", "value": "q"}
             refused = tc.post(path, data=data)
@@ -442,7 +451,7 @@ def test_schedule_actions_are_refused_in_read_only_mode(
     with TestClient(_app(dsn, schema, read_only=True), headers=HEADERS) as tc:
         page = tc.get("/schedules")
         assert "hourly" in page.text and "Run now" not in page.text
-        token = tc.cookies.get(CSRF_COOKIE)  # no form on the page: the cookie's own token
+        token = _minted(tc)  # no form on the page: a valid token minted for the session
         refused = tc.post("/schedules/hourly/disable", data={"csrf_token": token, "reason": "x"})
         assert refused.status_code == 403 and "read-only" in refused.text
     assert client.schedules()[0].enabled

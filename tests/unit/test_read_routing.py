@@ -28,6 +28,7 @@ REPLICA_READS = {
     "web_job",
     "web_blocked_keys",
     "web_pauses",
+    "web_limits",
     "get_job",
     "job_events",
     "unique_key_holder",

@@ -7,8 +7,11 @@
 -- transaction, so a slow page is cancelled by the server instead of piling up. Custom
 -- plans only: a generic plan of "x IS NULL OR col = x" filters cannot prove a partial
 -- index's predicate (status = 'dead'), and the dashboard's few reads plan in microseconds.
+-- No JIT: a page's reads touch few rows, but a per-row subquery (list_limits) is costed
+-- over the whole jobs table and JIT compiling it took a second, longer than the read.
 SELECT set_config('statement_timeout', %(ms)s, true),
-       set_config('plan_cache_mode', 'force_custom_plan', true);
+       set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('jit', 'off', true);
 
 -- name: web_queue_stats
 -- The queue_stats view (partial indexes only since migration 14), bounded for a page.
