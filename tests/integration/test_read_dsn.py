@@ -288,7 +288,7 @@ def test_the_dashboard_reads_on_the_replica_shows_its_lag_and_acts_on_the_primar
     pair.cut()
     unseen = int(both.enqueue("t", queue="webq"))
     reads = leaseq.AsyncClient(pair.primary_dsn, read_dsn=pair.standby_dsn)
-    with TestClient(create_app(reads, close_client=True)) as web:
+    with TestClient(create_app(reads, close_client=True, allowed_hosts=["testserver"])) as web:
         page = web.get("/")
         assert page.status_code == 200
         assert 'id="replica-lag"' in page.text and "bytes of WAL behind" in page.text
@@ -327,7 +327,7 @@ def test_with_the_primary_down_status_and_the_dashboard_still_read_the_replica(
     from leaseq.web import create_app
 
     reads = leaseq.AsyncClient(down, schema=schema, read_dsn=dsn)
-    with TestClient(create_app(reads, close_client=True)) as web:
+    with TestClient(create_app(reads, close_client=True, allowed_hosts=["testserver"])) as web:
         page = web.get("/")
         assert page.status_code == 200
         assert "still-shown" in page.text and "read replica: lag unknown" in page.text
