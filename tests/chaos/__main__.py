@@ -65,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="hold whole executions to the bound, time blocked in the fenced tx included",
     )
+    parser.add_argument(
+        "--no-capabilities",
+        action="store_true",
+        help="plain jobs only (no unique keys, limits, schedules, dependencies, batches, results)",
+    )
     parser.add_argument("--drain-timeout", type=float, default=300.0)
     parser.add_argument("--keep", action="store_true", help="keep logs even when all is well")
     parser.add_argument("--dir", type=pathlib.Path, default=None, help="where the run lives")
@@ -85,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         margin=args.margin,
         long_share=args.long_share,
         strict_window=args.strict_window,
+        capabilities=not args.no_capabilities,
         drain_timeout=args.drain_timeout,
         keep=args.keep,
         base_dir=args.dir,

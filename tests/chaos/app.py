@@ -178,3 +178,50 @@ def chaos_sync(ctx: leaseq.JobContext, payload: Any) -> None:
         raise
     finally:
         run.finish()
+
+
+# -- the capability workloads' tasks (tests/chaos/caps/) --------------------------------------
+#
+# One handler for all of them: the payload says how long to work and how to misbehave, and
+# ``out`` the directory of their execution logs (the same S/E lines as above). A batch
+# callback's payload nests the signature's own under "payload". The result task returns the
+# token it ran under, so a stored result names the attempt that wrote it.
+
+CAP_QUEUE = "chaos-q"
+
+
+def _cap_payload(payload: Any) -> Any:
+    if isinstance(payload, dict) and "batch_id" in payload and "kind" in payload:
+        return payload["payload"]
+    return payload
+
+
+async def _cap_run(ctx: leaseq.JobContext, payload: Any) -> dict[str, int]:
+    run = _Execution(ctx, _cap_payload(payload))
+    try:
+        for _ in range(run.steps):
+            ctx.progress()
+            await asyncio.sleep(run.step)
+        ctx.progress()
+        run.misbehave()
+        run.outcome = "returned"
+        return {"token": ctx.fencing_token, "job": ctx.job_id}
+    except BaseException as exc:
+        run.failed(exc)
+        raise
+    finally:
+        run.finish()
+
+
+def _cap_task(name: str, **options: Any) -> None:
+    async def handler(ctx: leaseq.JobContext, payload: Any) -> dict[str, int]:
+        return await _cap_run(ctx, payload)
+
+    app.task(name=name, max_attempts=MAX_ATTEMPTS, **options)(handler)
+
+
+_cap_task("chaos.cap")
+_cap_task("chaos.cap.result", store_result=True)
+_cap_task("chaos.cap.limited")
+_cap_task("chaos.cap.flap")
+_cap_task("chaos.cap.queued", queue=CAP_QUEUE)

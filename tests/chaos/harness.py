@@ -17,6 +17,9 @@ Layout of one run (``ChaosRun(config).run()``):
 
    ``kill``        SIGKILL the slot's worker; a replacement starts ``hold`` seconds later.
    ``stop``        SIGSTOP it for ``hold`` seconds (always longer than lease + sweep), SIGCONT.
+   ``shutdown``    SIGTERM it (the release path: its prefetched, unstarted leases go back at
+                   once, running handlers get the shutdown timeout); once it has exited, a
+                   replacement starts ``hold`` seconds later.
    ``terminate``   ``pg_terminate_backend`` of up to ``count`` random backends whose
                    application_name starts with ``leaseq`` (chosen with ``Random(pick)``).
    ``pg_restart``  stop PostgreSQL (fast shutdown); start it again ``hold`` seconds later.
@@ -76,7 +79,10 @@ from psycopg import sql
 
 import leaseq
 from leaseq.dev.embedded import EmbeddedServer
-from tests.chaos.app import EFFECTS_TABLE, MAX_ATTEMPTS, POISON_CODE, effects_ddl
+from tests.chaos.app import CAP_QUEUE, EFFECTS_TABLE, MAX_ATTEMPTS, POISON_CODE, effects_ddl
+from tests.chaos.caps.base import CapContext
+from tests.chaos.caps.suite import CapSuite
+from tests.chaos.execlog import Execution, read_executions
 from tests.support.faults import FaultProxy
 from tests.support.ports import free_port
 from tests.support.procs import WorkerProcess
@@ -85,9 +91,10 @@ APP = "tests.chaos.app:app"
 SCHEMA = "chaos"
 HARNESS_APPLICATION_NAME = "chaos-harness"  # never matches the 'leaseq%' the faults target
 
-KINDS = ("kill", "stop", "terminate", "pg_restart", "drop", "stall", "half_open")
-_WEIGHTS = (2, 2, 3, 1, 2, 2, 1)
-_PROC_KINDS = ("kill", "stop")
+KINDS = ("kill", "stop", "terminate", "pg_restart", "drop", "stall", "half_open", "shutdown")
+_WEIGHTS = (2, 2, 3, 1, 2, 2, 1, 1)
+_PROC_KINDS = ("kill", "stop", "shutdown")
+_SHUTDOWN_BUSY = 8.0  # a slot shut down is left alone this long (its exit waits for handlers)
 _NET_KINDS = ("drop", "stall", "half_open")
 _STARTUP = 2.0  # seconds a replacement worker is given before its slot may be hit again
 
@@ -121,6 +128,11 @@ class ChaosConfig:
     flaky_share: float = 0.03
     poison_share: float = 0.01
     drain_timeout: float = 90.0
+    #: Leases a worker holds beyond its free slots: what a shutdown releases unstarted.
+    prefetch: int = 4
+    #: Run every capability's workload beside the plain jobs, sampled and checked
+    #: (tests/chaos/caps/).
+    capabilities: bool = True
     #: Also hold whole executions to the bound, counting the time a stale handler stays
     #: blocked inside its fenced transaction (see the README's duplicate-execution promise).
     strict_window: bool = False
@@ -152,6 +164,7 @@ class ChaosConfig:
             f"--fault-gap {self.fault_gap:g} --margin {self.margin:g} "
             f"--long-share {self.long_share:g}"
         )
+        command += "" if self.capabilities else " --no-capabilities"
         return command + (" --strict-window" if self.strict_window else "")
 
 
@@ -177,6 +190,7 @@ class Fault:
             "drop": "drop all connections",
             "stall": "stall proxy for",
             "half_open": "half-open connections for",
+            "shutdown": "SIGTERM (shutdown release), replacement after its exit +",
         }[self.kind]
         hold = f" {self.hold:.2f}s" if self.kind != "drop" else ""
         return f"t+{self.at:6.2f}s slot {self.slot}: {what}{hold}"
@@ -203,7 +217,7 @@ def make_schedule(
     while t < seconds:
         kind = first.pop(0) if first else rng.choices(KINDS, _WEIGHTS)[0]
         slot = rng.randrange(workers)
-        if kind == "kill":
+        if kind in ("kill", "shutdown"):
             hold = rng.uniform(0.2, 1.5)
         elif kind == "stop":
             hold = rng.uniform(lease + sweep + 0.2, lease + sweep + 2.5)
@@ -223,7 +237,17 @@ def make_schedule(
             order = [(slot + i) % workers for i in range(workers)]
             chosen = next((s for s in order if free[s] <= t), None)
             if chosen is not None:
-                free[chosen] = t + hold + (_STARTUP if kind == "kill" else 0.0)
+                free[chosen] = (
+                    t
+                    + hold
+                    + (
+                        _STARTUP
+                        if kind == "kill"
+                        else _SHUTDOWN_BUSY
+                        if kind == "shutdown"
+                        else 0.0
+                    )
+                )
         elif kind == "pg_restart":
             if pg_free > t:
                 chosen = None
@@ -255,6 +279,8 @@ class _Proc:
     #: [since, until] of each SIGSTOP; until is None while still stopped.
     stops: list[list[float | None]] = field(default_factory=list)
     by_harness: bool = False  # its exit was caused by the harness (kill, final SIGTERM)
+    #: Set by a shutdown fault: once it exited, its slot gets a new worker this much later.
+    shutdown_hold: float | None = None
 
     @property
     def pid(self) -> int:
@@ -267,21 +293,6 @@ class _Proc:
     def frozen(self) -> list[tuple[float, float]]:
         end = self.gone_at if self.gone_at is not None else time.time()
         return [(since, until if until is not None else end) for since, until in self.stops]  # type: ignore[misc]
-
-
-@dataclass
-class Execution:
-    """One handler run, from the execution logs."""
-
-    job: int
-    token: int
-    pid: int
-    worker: str
-    start: float
-    tx: float | None = None
-    end: float | None = None
-    outcome: str | None = None
-    detail: str = ""
 
 
 @dataclass
@@ -328,6 +339,8 @@ class ChaosReport:
     tracebacks: int
     violations: dict[str, list[str]]
     run_dir: pathlib.Path | None = None
+    #: The capability part's figures (tests/chaos/caps/suite.py), printed with the summary.
+    capabilities: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -393,6 +406,7 @@ class ChaosReport:
             lines += [f"    {e}" for e in self.unexpected_exits[:5]]
         if self.tracebacks:
             lines.append(f"  tracebacks in worker logs: {self.tracebacks}")
+        lines += self.capabilities
         for check, found in self.violations.items():
             lines.append(f"  check {check}: {'ok' if not found else f'FAILED ({len(found)})'}")
             lines += [f"    {v}" for v in found[:10]]
@@ -446,6 +460,7 @@ class ChaosRun:
         self.exec_dir = base / "exec"
         self.logs.mkdir(parents=True)
         self.exec_dir.mkdir()
+        (self.exec_dir / "caps").mkdir()
         self.say(
             f"chaos: seed={cfg.seed} schedule={fingerprint(self.schedule)} "
             f"({len(self.schedule)} faults) jobs={cfg.jobs} workers={cfg.workers} "
@@ -456,6 +471,10 @@ class ChaosRun:
         try:
             self.dsn = self.server.ensure_running()
             self._setup_db()
+            self.caps: CapSuite | None = None
+            if cfg.capabilities:
+                self.caps = CapSuite(self._cap_context())
+                self.caps.setup()
             port = int(psycopg.conninfo.conninfo_to_dict(self.dsn)["port"])  # type: ignore[arg-type]
             self.proxies = [FaultProxy("127.0.0.1", port) for _ in range(cfg.workers)]
             for proxy in self.proxies:
@@ -465,12 +484,20 @@ class ChaosRun:
                     self._spawn(slot)
                 t0 = self._enqueue()
                 chaos_start = time.monotonic()
+                if self.caps is not None:
+                    self.caps.start()
                 self._inject(t0)
                 chaos_end = time.monotonic()
+                if self.caps is not None:
+                    self.caps.window_over()
                 self._heal()
                 self._drain()
                 drained = time.monotonic()
                 self._stop_workers()
+                self._last_sweep()
+                if self.caps is not None:
+                    self.caps.stop()
+                    self.caps.final()
             finally:
                 for p in self.procs:
                     p.worker.kill()  # if still running; closes its log file either way
@@ -515,6 +542,19 @@ class ChaosRun:
             self.dsn, autocommit=True, application_name=HARNESS_APPLICATION_NAME, connect_timeout=5
         )
 
+    def _cap_context(self) -> CapContext:
+        start = dt.datetime.now(dt.UTC)  # set again by _enqueue, once the window is known
+        out = self.exec_dir / "caps"
+        return CapContext(self.dsn, self.cfg.seed, out, start, self.cfg.seconds, self.cfg.lease)
+
+    def _last_sweep(self) -> None:
+        """After every worker stopped: a sweep, as the next worker would run first."""
+        client = leaseq.Client(self.dsn, schema=SCHEMA, application_name=HARNESS_APPLICATION_NAME)
+        try:
+            client.sweep()
+        finally:
+            client.close()
+
     def _setup_db(self) -> None:
         client = leaseq.Client(self.dsn, schema=SCHEMA)
         try:
@@ -529,7 +569,7 @@ class ChaosRun:
         monotonic time the window starts at."""
         cfg = self.cfg
         rng = random.Random(f"{cfg.seed}:jobs")
-        lead = 2.0 + cfg.jobs / 20000
+        lead = 2.0 + cfg.jobs / 20000 + (3.0 if cfg.capabilities else 0.0)
         start_wall = time.time() + lead
         start = time.monotonic() + lead
         base = dt.datetime.fromtimestamp(start_wall, dt.UTC)
@@ -562,6 +602,9 @@ class ChaosRun:
                 client.enqueue_many(specs[i : i + 2000])
         finally:
             client.close()
+        if self.caps is not None:
+            self.caps.ctx.start = base
+            self.caps.enqueue()
         if time.monotonic() > start:
             self.say(f"chaos: enqueueing took {time.monotonic() - start + lead:.1f}s")
         return start
@@ -585,6 +628,12 @@ class ChaosRun:
             str(cfg.op_timeout),
             "--shutdown-timeout",
             "15",
+            "--prefetch",
+            str(cfg.prefetch),
+            "--queue",
+            "default",
+            "--queue",
+            CAP_QUEUE,
         )
         worker = WorkerProcess(
             self.proxies[slot].dsn(self.dsn), SCHEMA, *args, log_dir=self.logs, app=APP
@@ -611,6 +660,10 @@ class ChaosRun:
             proc.exited_at = now
             proc.exit_code = code
             self.slots[slot] = None
+            if proc.shutdown_hold is not None:
+                self._respawn_after[slot] = time.monotonic() + proc.shutdown_hold
+                if code not in (0, 3):
+                    self.unexpected.append(f"pid {proc.pid} exited {code} at a shutdown fault")
             if not proc.by_harness:
                 tail = " | ".join(proc.worker.output().strip().splitlines()[-3:])
                 down = any(
@@ -681,7 +734,7 @@ class ChaosRun:
     def _apply(self, op: str, fault: Fault, index: int) -> None:
         slot = fault.slot
         proc = self.slots[slot] if fault.kind in _PROC_KINDS else None
-        if op in ("kill", "stop"):
+        if op in _PROC_KINDS:
             if proc is None or proc.worker.proc.poll() is not None:
                 self.skipped[op] += 1
                 self._note(f"{fault.describe()}: skipped, no live worker in the slot")
@@ -699,6 +752,11 @@ class ChaosRun:
             proc.exited_at = proc.killed_at
             self.slots[slot] = None
             self._respawn_after.pop(slot, None)
+        elif op == "shutdown":
+            assert proc is not None
+            proc.by_harness = True
+            proc.shutdown_hold = fault.hold
+            os.kill(proc.pid, signal.SIGTERM)
         elif op == "respawn":
             if index in self._hit and self.slots[slot] is None:
                 self._spawn(slot)
@@ -809,7 +867,8 @@ class ChaosRun:
             jobs = conn.execute(
                 sql.SQL(
                     "SELECT id, status::text, lease_token, attempt_count, max_attempts, "
-                    "last_error_code, (payload->>'seq')::int, payload->>'mode' FROM {}.jobs"
+                    "last_error_code, (payload->>'seq')::int, payload->>'mode' FROM {}.jobs "
+                    "WHERE payload ? 'seq'"
                 ).format(s)
             ).fetchall()
             rows = conn.execute(
@@ -831,6 +890,10 @@ class ChaosRun:
         executions = read_executions(self.exec_dir)
         procs = {p.pid: p for p in self.procs}
         result = check(cfg, jobs, rows, executions, procs)
+        capabilities: list[str] = []
+        if self.caps is not None:
+            result["violations"].update(self.caps.violations())
+            capabilities = self.caps.summary()
         tracebacks = sum(
             path.read_text(errors="replace").count("Traceback") for path in self.logs.glob("*.log")
         )
@@ -849,32 +912,12 @@ class ChaosRun:
             workers_started=len(self.procs),
             unexpected_exits=self.unexpected,
             tracebacks=tracebacks,
+            capabilities=capabilities,
             **result,
         )
 
 
 # -- pure parts of the analysis ----------------------------------------------------------------
-
-
-def read_executions(directory: pathlib.Path) -> list[Execution]:
-    found: dict[tuple[int, int, int], Execution] = {}
-    for path in sorted(directory.glob("exec-*.log")):
-        for line in path.read_text().splitlines():
-            parts = line.split("\t")
-            if len(parts) < 6:
-                continue  # a line cut by kill -9 mid-write (one write(2): not expected)
-            job, token, pid = int(parts[1]), int(parts[2]), int(parts[3])
-            ex = found.get((job, token, pid))
-            if ex is None:  # the S line comes first: one writer, one O_APPEND descriptor
-                ex = found[job, token, pid] = Execution(job, token, pid, parts[4], float(parts[5]))
-            if parts[0] == "T":
-                ex.tx = float(parts[5])
-            elif parts[0] == "E" and len(parts) >= 9:
-                ex.tx = None if parts[6] == "-" else float(parts[6])
-                ex.end = float(parts[7])
-                ex.outcome = parts[8]
-                ex.detail = parts[9] if len(parts) > 9 else ""
-    return list(found.values())
 
 
 def _subtract(

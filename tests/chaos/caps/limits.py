@@ -1,0 +1,157 @@
+"""Concurrency limits under chaos: a task limit, a key family, a queue limit (its slots
+on the job rows), and a task limit that a thread of the harness sets and removes over and
+over during the window (a limit created or dropped while claims are in flight).
+
+Sampled (one snapshot each): never more running under a fixed limit than its
+concurrency; every running job under a fixed task or key limit holds a slot row of its
+lease, and under the queue limit a queue slot; every slot row belongs to a running lease
+(same job, same token). End: no slot row and no queue slot left held, nothing lost."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from tests.chaos.app import CAP_QUEUE
+from tests.chaos.caps.base import Capability, CapContext
+
+TASK_LIMIT = ("task:chaos.cap.limited", 3)
+KEY_FAMILY = ("key:chaos-tenant:*", 2)
+QUEUE_LIMIT = (f"queue:{CAP_QUEUE}", 4)
+FLAP = ("task:chaos.cap.flap", 2)
+TENANTS = ("a", "b", "c")
+#: The tasks under a limit, with the concurrency their jobs share.
+TASKS = {
+    "chaos.cap.limited": TASK_LIMIT[1],
+    "chaos.cap": KEY_FAMILY[1] * len(TENANTS),
+    "chaos.cap.queued": QUEUE_LIMIT[1],
+    "chaos.cap.flap": FLAP[1],
+}
+WORK = (0.05, 0.25)
+LOAD = 0.3  # of what the limit lets through over the window, so the backlog stays short
+
+
+class Limits(Capability):
+    name = "limits"
+
+    def setup(self, ctx: CapContext) -> None:
+        client = ctx.client()
+        try:
+            for name, n in (TASK_LIMIT, KEY_FAMILY, QUEUE_LIMIT):
+                client.set_limit(name, concurrency=n, actor="chaos", reason="chaos run")
+        finally:
+            client.close()
+
+    def enqueue(self, ctx: CapContext) -> None:
+        import leaseq
+
+        rng = ctx.rng(self.name)
+        specs = []
+        for task, concurrency in TASKS.items():
+            n = max(10, int(LOAD * ctx.seconds * concurrency / (sum(WORK) / 2)))
+            for i in range(n):
+                opts: dict[str, Any] = {"run_at": ctx.at(0.9 * i / n), "max_attempts": 25}
+                if task == "chaos.cap":
+                    opts["limit_key"] = f"chaos-tenant:{TENANTS[i % len(TENANTS)]}"
+                if task == "chaos.cap.queued":
+                    opts["queue"] = CAP_QUEUE
+                mode = "flaky" if rng.random() < 0.05 else "ok"
+                payload = ctx.payload(rng, work=WORK, long_share=0.02, mode=mode, cap="limits")
+                specs.append(leaseq.JobSpec(task, payload, **opts))
+        client = ctx.client()
+        try:
+            client.enqueue_many(specs)
+        finally:
+            client.close()
+        self.counts["jobs"] = len(specs)
+
+    def produce(self, ctx: CapContext) -> None:
+        rng = ctx.rng(f"{self.name}:flap")
+        client = None
+        on = False
+        while not ctx.stop.wait(rng.uniform(0.5, 2.5)):
+            try:
+                if client is None:
+                    client = ctx.client()
+                if on:
+                    client.remove_limit(FLAP[0], actor="chaos", reason="flap")
+                else:
+                    client.set_limit(FLAP[0], concurrency=FLAP[1], actor="chaos", reason="flap")
+                on = not on
+                self.counts["flaps"] += 1
+            except Exception:
+                self.counts["flap_errors"] += 1
+                if client is not None:
+                    client.close()
+                client = None
+                time.sleep(0.2)
+        if client is not None:
+            client.close()
+
+    def sample(self, ctx: CapContext, conn: psycopg.Connection[Any]) -> list[str]:
+        j, s = ctx.table("jobs"), ctx.table("limit_slots")
+        q = sql.SQL(
+            "SELECT CASE WHEN j.queue_name = %(queue)s THEN 'queue:' || j.queue_name"
+            "  WHEN j.task = 'chaos.cap.limited' THEN 'task:' || j.task"
+            "  ELSE 'key:' || j.limit_key END AS lim,"
+            " count(*), count(*) FILTER (WHERE j.queue_name = %(queue)s AND j.queue_slot IS NULL"
+            "  OR j.queue_name <> %(queue)s AND NOT EXISTS (SELECT 1 FROM {s} AS s"
+            "   WHERE s.job_id = j.id AND s.lease_token = j.lease_token"
+            "   AND s.limit_name = CASE WHEN j.task = 'chaos.cap.limited' THEN 'task:' || j.task"
+            "                      ELSE 'key:' || j.limit_key END))"
+            " FROM {j} AS j WHERE j.status = 'running' AND (j.queue_name = %(queue)s"
+            "  OR j.task = 'chaos.cap.limited' OR j.limit_key LIKE 'chaos-tenant:%%')"
+            " GROUP BY 1"
+        ).format(s=s, j=j)
+        caps = {TASK_LIMIT[0]: TASK_LIMIT[1], QUEUE_LIMIT[0]: QUEUE_LIMIT[1]}
+        bad = []
+        for lim, running, unslotted in conn.execute(q, {"queue": CAP_QUEUE}):
+            cap = caps.get(lim, KEY_FAMILY[1])
+            key = f"max_running[{lim}]"
+            self.counts[key] = max(self.counts[key], running)
+            if running > cap:
+                bad.append(f"{lim}: {running} running, limit {cap}")
+            if unslotted:
+                bad.append(f"{lim}: {unslotted} running job(s) hold no slot of their lease")
+        orphans = sql.SQL(
+            "SELECT s.limit_name, s.slot, s.job_id, s.lease_token, j.status::text, j.lease_token"
+            " FROM {s} AS s LEFT JOIN {j} AS j ON j.id = s.job_id"
+            " WHERE j.id IS NULL OR j.status <> 'running' OR j.lease_token <> s.lease_token"
+        ).format(s=s, j=j)
+        for name, slot, job, token, status, now_token in conn.execute(orphans):
+            bad.append(
+                f"slot {slot} of {name} held by job {job} token {token}, which is {status} "
+                f"under token {now_token}"
+            )
+        return bad
+
+    def final(self, ctx: CapContext, conn: psycopg.Connection[Any]) -> list[str]:
+        bad = self.sample(ctx, conn)
+        j = ctx.table("jobs")
+        ((slots,),) = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}").format(ctx.table("limit_slots"))
+        )
+        ((queue_slots,),) = conn.execute(
+            sql.SQL("SELECT count(*) FROM {} WHERE queue_slot IS NOT NULL").format(j)
+        )
+        if slots:
+            bad.append(f"{slots} slot row(s) left after the run")
+        if queue_slots:
+            bad.append(f"{queue_slots} queue slot(s) left held after the run")
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT task, status::text, count(*) FROM {} WHERE payload->>'cap' = 'limits'"
+                " GROUP BY 1, 2"
+            ).format(j)
+        ).fetchall()
+        total = 0
+        for task, status, n in rows:
+            total += n
+            if status != "succeeded":
+                bad.append(f"{n} {task} job(s) ended {status}")
+        if total != self.counts["jobs"]:
+            bad.append(f"{self.counts['jobs']} limited jobs enqueued, {total} found")
+        return bad

@@ -1,0 +1,130 @@
+"""Unique keys under chaos: a producer keeps enqueuing a few keys with ``replace`` (the
+holder's payload replaced while pending, a follow-up queued while it runs) and ``skip``,
+some jobs longer than a lease, some failing once (a retry racing a follow-up).
+
+Sampled: at most one live job per key that is not superseded, i.e. at most one *pending*
+job per key, every pending keyed job is its key's holder (a superseded job never becomes
+pending again: not by a retry, a sweep nor a shutdown's release), and every key row held
+by a live job points at a live job of that key. End: no key still held by a live job, and
+each key's last accepted version ran to success (nothing lost)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from tests.chaos.caps.base import Capability, CapContext
+
+KEYS = 12
+TASK = "chaos.cap"
+
+
+class UniqueKeys(Capability):
+    name = "unique"
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: key -> (last version whose enqueue certainly took effect, versions attempted)
+        self.accepted: dict[str, int] = {}
+        self.uncertain: dict[str, set[int]] = defaultdict(set)
+
+    def produce(self, ctx: CapContext) -> None:
+        rng = ctx.rng(self.name)
+        version = 0
+        client = None
+        while not ctx.stop.is_set():
+            key = f"chaos-u{rng.randrange(KEYS)}"
+            policy = "replace" if rng.random() < 0.75 else "skip"
+            mode = "flaky" if rng.random() < 0.15 else "ok"
+            version += 1
+            payload = ctx.payload(rng, work=(0.05, 0.8), long_share=0.1, mode=mode, v=version)
+            try:
+                if client is None:
+                    client = ctx.client()
+                res = client.enqueue(TASK, payload, unique_key=key, on_conflict=policy)
+            except Exception:
+                self.counts["enqueue_errors"] += 1
+                self.uncertain[key].add(version)
+                if client is not None:
+                    client.close()
+                client = None
+                time.sleep(0.2)
+                continue
+            self.counts["enqueues"] += 1
+            if res.inserted or res.replaced:
+                self.accepted[key] = version
+                self.counts[res.outcome or "inserted"] += 1
+            else:
+                self.counts[f"refused_{res.conflict_state}"] += 1
+            time.sleep(rng.uniform(0.01, 0.08))
+        if client is not None:
+            client.close()
+
+    def sample(self, ctx: CapContext, conn: psycopg.Connection[Any]) -> list[str]:
+        q = sql.SQL(
+            "SELECT j.unique_key, count(*) FILTER (WHERE j.status = 'pending'),"
+            " array_agg(j.id) FILTER (WHERE j.status = 'pending' AND"
+            "   (k.job_id IS DISTINCT FROM j.id OR k.held_until IS NOT NULL)),"
+            " count(*) FILTER (WHERE j.status = 'running')"
+            " FROM {} AS j LEFT JOIN {} AS k ON k.unique_key = j.unique_key"
+            " WHERE j.unique_key IS NOT NULL AND j.status IN ('pending', 'running')"
+            " GROUP BY 1"
+        ).format(ctx.table("jobs"), ctx.table("unique_keys"))
+        bad = []
+        for key, pending, not_holder, running in conn.execute(q):
+            self.counts["max_live_per_key"] = max(
+                self.counts["max_live_per_key"], pending + running
+            )
+            if pending > 1:
+                bad.append(f"key {key}: {pending} pending jobs at once")
+            if not_holder:
+                bad.append(f"key {key}: pending job(s) {sorted(not_holder)} do not hold the key")
+        lost = sql.SQL(
+            "SELECT k.unique_key, k.job_id, j.status::text FROM {} AS k"
+            " LEFT JOIN {} AS j ON j.id = k.job_id"
+            " WHERE k.held_until IS NULL AND (j.id IS NULL OR j.status NOT IN"
+            " ('pending', 'running') OR j.unique_key IS DISTINCT FROM k.unique_key)"
+        ).format(ctx.table("unique_keys"), ctx.table("jobs"))
+        for key, job, status in conn.execute(lost):
+            bad.append(f"key {key} held live by job {job}, which is {status}")
+        return bad
+
+    def final(self, ctx: CapContext, conn: psycopg.Connection[Any]) -> list[str]:
+        bad = self.sample(ctx, conn)
+        held = conn.execute(
+            sql.SQL("SELECT unique_key, job_id FROM {} WHERE held_until IS NULL").format(
+                ctx.table("unique_keys")
+            )
+        ).fetchall()
+        bad += [f"key {k} still held by job {j} after the run" for k, j in held]
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT unique_key, status::text, (payload->>'v')::int, last_error_code, count(*)"
+                " FROM {} WHERE unique_key IS NOT NULL GROUP BY 1, 2, 3, 4"
+            ).format(ctx.table("jobs"))
+        ).fetchall()
+        succeeded: dict[str, set[int]] = defaultdict(set)
+        for key, status, version, code, n in rows:
+            self.counts[
+                f"jobs_{status}" + (f"_{code}" if code and status != "succeeded" else "")
+            ] += n
+            if status == "succeeded":
+                succeeded[key].add(version)
+            elif status not in ("cancelled", "dead"):
+                bad.append(f"key {key}: job of version {version} ended {status}")
+            elif status == "cancelled" and code != "SUPERSEDED":
+                bad.append(f"key {key}: version {version} cancelled with {code}")
+        self.counts["keys"] = len(self.accepted)
+        for key, last in sorted(self.accepted.items()):
+            later = {v for v in self.uncertain.get(key, set()) if v > last}
+            done = succeeded.get(key, set())
+            if last not in done and not (done & later):
+                bad.append(
+                    f"key {key}: its last accepted version {last} never succeeded "
+                    f"(succeeded: {sorted(done)[-3:]})"
+                )
+        return bad
