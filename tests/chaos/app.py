@@ -187,7 +187,9 @@ def chaos_sync(ctx: leaseq.JobContext, payload: Any) -> None:
 # callback's payload nests the signature's own under "payload". The result task returns the
 # token it ran under, so a stored result names the attempt that wrote it.
 
-CAP_QUEUE = "chaos-q"
+CAP_QUEUE = "chaos-q"  # under a queue limit (tests/chaos/caps/limits.py)
+UNIQUE_QUEUE = "chaos-u"  # the unique keys' jobs (tests/chaos/caps/unique.py)
+CAP_QUEUES = (CAP_QUEUE, UNIQUE_QUEUE)
 
 
 def _cap_payload(payload: Any) -> Any:
@@ -225,3 +227,4 @@ _cap_task("chaos.cap.result", store_result=True)
 _cap_task("chaos.cap.limited")
 _cap_task("chaos.cap.flap")
 _cap_task("chaos.cap.queued", queue=CAP_QUEUE)
+_cap_task("chaos.cap.unique", queue=UNIQUE_QUEUE)

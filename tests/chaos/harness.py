@@ -50,6 +50,14 @@ fenced transactions, and the execution logs the handlers write outside any trans
    its fenced transaction (on a stalled or half-open connection) whose commit the fence
    refuses, and are held to the same bound only with ``strict_window``.
 
+With ``capabilities`` (the default; ``--no-capabilities`` turns it off) every capability
+runs its own workload beside the plain jobs, one module each in tests/chaos/caps/ (unique
+keys, concurrency limits, schedules, dependencies, batches, stored results): a sampler
+thread asks each of them every 100 ms what is wrong at that instant, and each checks what
+is left after the run (workers stopped, a last sweep); see tests/chaos/caps/suite.py. The
+workers run with ``prefetch`` leases beyond their slots, so a ``shutdown`` fault releases
+unstarted leases.
+
 Also reported, not asserted: worker processes that exited without being asked to (and were
 restarted), handler errors by type, tracebacks in worker logs, job events by code.
 """
@@ -79,7 +87,7 @@ from psycopg import sql
 
 import leaseq
 from leaseq.dev.embedded import EmbeddedServer
-from tests.chaos.app import CAP_QUEUE, EFFECTS_TABLE, MAX_ATTEMPTS, POISON_CODE, effects_ddl
+from tests.chaos.app import CAP_QUEUES, EFFECTS_TABLE, MAX_ATTEMPTS, POISON_CODE, effects_ddl
 from tests.chaos.caps.base import CapContext
 from tests.chaos.caps.suite import CapSuite
 from tests.chaos.execlog import Execution, read_executions
@@ -632,8 +640,7 @@ class ChaosRun:
             str(cfg.prefetch),
             "--queue",
             "default",
-            "--queue",
-            CAP_QUEUE,
+            *(arg for queue in CAP_QUEUES for arg in ("--queue", queue)),
         )
         worker = WorkerProcess(
             self.proxies[slot].dsn(self.dsn), SCHEMA, *args, log_dir=self.logs, app=APP

@@ -1,6 +1,8 @@
-"""The chaos run, bounded for CI: 2,000 jobs, 3 worker processes, a 30 s window of seeded
-faults (kill -9, SIGSTOP past the lease, pg_terminate_backend, PostgreSQL restarts, dropped,
-stalled and half-open connections), then the invariant checks of tests/chaos/harness.py.
+"""The chaos run, bounded for CI: 2,000 plain jobs and every capability's workload
+(tests/chaos/caps/), 3 worker processes, a 30 s window of seeded faults (kill -9, SIGSTOP
+past the lease, pg_terminate_backend, PostgreSQL restarts, a shutdown's release, dropped,
+stalled and half-open connections), then the invariant checks of tests/chaos/harness.py and
+of each capability (sampled every 100 ms during the run, and at the end).
 
 The fixed seed always runs. More seeds: ``LEASEQ_CHAOS_SEEDS=random`` (one random seed,
 printed) or ``LEASEQ_CHAOS_SEEDS=12,34``. Longer runs by hand: ``python -m tests.chaos``.
@@ -59,6 +61,7 @@ def test_chaos_run_keeps_every_invariant(seed: int) -> None:
     # The run proved something only if it was disturbed, and the disturbance showed.
     assert sum(report.applied.values()) >= 10, f"seed {seed}: too few faults applied"
     assert report.duplicate_attempts > 0, f"seed {seed}: no execution was ever disturbed"
+    assert report.applied["shutdown"] > 0, f"seed {seed}: no shutdown released anything"
 
 
 def test_the_schedule_is_a_function_of_the_seed() -> None:
@@ -77,7 +80,7 @@ def test_the_schedule_is_a_function_of_the_seed() -> None:
             if f.kind == "stop":
                 assert f.hold > 1.5 + 0.5, "a stopped worker must outlive its lease and a sweep"
         # Never two faults on one worker process, or on one proxy, at the same time.
-        for kinds in (("kill", "stop"), ("drop", "stall", "half_open")):
+        for kinds in (("kill", "stop", "shutdown"), ("drop", "stall", "half_open")):
             busy: dict[int, float] = {}
             for f in (f for f in faults if f.kind in kinds):
                 assert busy.get(f.slot, 0.0) <= f.at, f"seed {seed}: overlapping {f}"

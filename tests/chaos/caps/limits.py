@@ -72,7 +72,7 @@ class Limits(Capability):
         rng = ctx.rng(f"{self.name}:flap")
         client = None
         on = False
-        while not ctx.stop.wait(rng.uniform(0.5, 2.5)):
+        while not ctx.stop.wait(rng.uniform(0.05, 0.6)):
             try:
                 if client is None:
                     client = ctx.client()
@@ -89,6 +89,8 @@ class Limits(Capability):
                 client = None
                 time.sleep(0.2)
         if client is not None:
+            if not on:  # end with the limit set: its slot rows must all be given back
+                client.set_limit(FLAP[0], concurrency=FLAP[1], actor="chaos", reason="flap")
             client.close()
 
     def sample(self, ctx: CapContext, conn: psycopg.Connection[Any]) -> list[str]:

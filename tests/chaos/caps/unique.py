@@ -1,6 +1,9 @@
 """Unique keys under chaos: a producer keeps enqueuing a few keys with ``replace`` (the
 holder's payload replaced while pending, a follow-up queued while it runs) and ``skip``,
-some jobs longer than a lease, some failing once (a retry racing a follow-up).
+some jobs longer than a lease, some failing once (a retry racing a follow-up). Now and
+then the producer also stands in for a worker that shuts down with a prefetched lease: it
+claims a keyed job, enqueues a replacement for its key (a follow-up: the holder is
+running), then gives the lease back with ``release``, the statement of a shutdown.
 
 Sampled: at most one live job per key that is not superseded, i.e. at most one *pending*
 job per key, every pending keyed job is its key's holder (a superseded job never becomes
@@ -17,10 +20,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from tests.chaos.app import UNIQUE_QUEUE
 from tests.chaos.caps.base import Capability, CapContext
 
 KEYS = 12
-TASK = "chaos.cap"
+TASK = "chaos.cap.unique"
+RELEASER = "chaos-releaser"
 
 
 class UniqueKeys(Capability):
@@ -45,7 +50,17 @@ class UniqueKeys(Capability):
             try:
                 if client is None:
                     client = ctx.client()
-                res = client.enqueue(TASK, payload, unique_key=key, on_conflict=policy)
+                lease = None
+                if rng.random() < 0.15:
+                    leases = client.claim(UNIQUE_QUEUE, worker=RELEASER, lease_seconds=30)
+                    lease = leases[0] if leases and leases[0].unique_key else None
+                    if lease is not None:
+                        key, policy = str(lease.unique_key), "replace"
+                res = client.enqueue(
+                    TASK, payload, unique_key=key, on_conflict=policy, queue=UNIQUE_QUEUE
+                )
+                if lease is not None:
+                    self.counts["released"] += client.release(lease)
             except Exception:
                 self.counts["enqueue_errors"] += 1
                 self.uncertain[key].add(version)
