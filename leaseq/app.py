@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -237,7 +238,7 @@ class App:
         ``offload_above``: payloads over this many bytes are kept out of the jobs table, in
         ``payload_store`` (default: the ``payloads`` table; or ``leaseq.S3Store``;
         docs/payloads.md)."""
-        self.dsn = dsn
+        self._dsn = dsn
         #: Queue -> DSN of the queues that live on another database than ``dsn``.
         self.queue_dsns: dict[str, str] = dict(queues or {})
         self.schema = schema
@@ -267,6 +268,20 @@ class App:
         self._async_client: AsyncClient | None = None
         self._router: RoutedClient | None = None
         self._async_router: AsyncRoutedClient | None = None
+        #: The event loop the cached async clients were made on (their pools belong to it).
+        self._async_loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def dsn(self) -> str | None:
+        return self._dsn
+
+    @dsn.setter
+    def dsn(self, value: str | None) -> None:
+        """A new DSN drops the clients made for the old one, so the next enqueue connects
+        to the new database (a test pointing the app at its own database, every test)."""
+        if value != self._dsn:
+            self.close()
+        self._dsn = value
 
     def _encrypts(self, task: str) -> bool:
         """Are this task's values sealed? (Every task's with ``App(encrypt=True)``.)"""
@@ -305,8 +320,31 @@ class App:
             self._client = Client(self.dsn, **self.client_options())
         return self._client
 
+    def _async_cache_fresh(self) -> None:
+        """Async clients belong to the event loop they were made on: on another loop (a
+        later ``asyncio.run``, the next async test) the cached ones are dropped (their loop
+        has ended, or the pool would be used across loops) and new ones made."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not self._async_loop:
+            self._drop_async()
+            self._async_loop = loop
+
+    def _drop_async(self) -> None:
+        """Forget the async clients; closed in the background when their loop still runs."""
+        stale = [c for c in (self._async_client, self._async_router) if c is not None]
+        self._async_client = None
+        self._async_router = None
+        loop = self._async_loop
+        if stale and loop is not None and not loop.is_closed() and loop.is_running():
+            for client in stale:
+                asyncio.run_coroutine_threadsafe(client.close(), loop)
+
     @property
     def async_client(self) -> AsyncClient:
+        self._async_cache_fresh()
         if self._async_client is None:
             self._async_client = AsyncClient(self.dsn, **self.client_options())
         return self._async_client
@@ -321,6 +359,7 @@ class App:
 
     @property
     def async_router(self) -> AsyncRoutedClient | None:
+        self._async_cache_fresh()
         if self.queue_dsns and self._async_router is None:
             queues = dict(self.queue_dsns)
             options = self.client_options()
@@ -436,9 +475,21 @@ class App:
         return found
 
     def close(self) -> None:
+        """Close the sync clients and forget the async ones (``aclose`` closes them too);
+        the next use makes new ones."""
         if self._client is not None:
             self._client.close()
             self._client = None
         if self._router is not None:
             self._router.close()
             self._router = None
+        self._drop_async()
+
+    async def aclose(self) -> None:
+        """Close every client of this app, async ones included."""
+        for client in (self._async_client, self._async_router):
+            if client is not None:
+                await client.close()
+        self._async_client = None
+        self._async_router = None
+        self.close()

@@ -6,6 +6,8 @@ message meant to be shown to a person as one line (the CLI prints exactly that l
 
 from __future__ import annotations
 
+import re
+
 
 class LeaseqError(Exception):
     """Base class of every error leaseq raises on purpose."""
@@ -34,6 +36,23 @@ class DatabaseUnavailable(LeaseqError):
 
 class SchemaError(LeaseqError):
     """The database schema is missing, or newer than this version of leaseq understands."""
+
+
+def missing_schema_of(exc: BaseException) -> str | None:
+    """The schema a "relation/schema does not exist" error names, or None when the missing
+    relation is not schema-qualified (one of the caller's own, say)."""
+    primary = getattr(getattr(exc, "diag", None), "message_primary", None) or str(exc)
+    found = re.match(r'(?:relation|schema) "([^".]+)(?:\.[^"]*)?" does not exist', primary)
+    return found.group(1) if found else None
+
+
+def schema_missing(schema: str) -> SchemaError:
+    """The one message for a schema that was never migrated, wherever it shows (the
+    client's statements, the CLI, the worker's start, the integrations)."""
+    return SchemaError(
+        f"schema {schema!r} is not set up in this database; run `leaseq migrate`"
+        + (f" (with --schema {schema})" if schema != "leaseq" else "")
+    )
 
 
 class EmbeddedError(LeaseqError):

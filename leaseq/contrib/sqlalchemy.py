@@ -4,17 +4,23 @@ are woken) only if the session commits.
 
 Works with the psycopg 3 dialect (``postgresql+psycopg://``), sync and async. leaseq never
 commits, rolls back or changes autocommit on that connection: the session owns it.
+
+``sqlalchemy.ext.asyncio`` is only named for the type checker: it needs greenlet, which
+SQLAlchemy 2.1 no longer installs, and sync use must import without it (async use needs
+``sqlalchemy[asyncio]``, which the caller's own AsyncSession already imported).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from leaseq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 
 def _psycopg(driver: Any, kind: type[Any]) -> Any:

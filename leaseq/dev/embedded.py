@@ -108,13 +108,20 @@ class EmbeddedServer:
     """
 
     def __init__(
-        self, data_dir: str | os.PathLike[str] | None = None, *, port: int | None = None
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        *,
+        port: int | None = None,
+        port_from_env: bool = True,
     ) -> None:
+        """``port_from_env=False``: ignore ``LEASEQ_EMBEDDED_PORT`` (it names the development
+        server's port; the testing kit's own server must not move onto it)."""
         raw = default_data_dir() if data_dir is None else pathlib.Path(data_dir)
         self.data_dir: pathlib.Path = raw.expanduser().resolve()
         if port is not None:
             check_port_number(port, "port")
         self._port = port
+        self._port_from_env = port_from_env
 
     def __repr__(self) -> str:
         return f"EmbeddedServer({str(self.data_dir)!r})"
@@ -302,7 +309,7 @@ class EmbeddedServer:
     def _requested_port(self) -> int | None:
         if self._port is not None:
             return self._port
-        env = os.environ.get("LEASEQ_EMBEDDED_PORT")
+        env = os.environ.get("LEASEQ_EMBEDDED_PORT") if self._port_from_env else None
         if not env:
             return None
         try:

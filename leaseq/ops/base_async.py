@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 from leaseq import validate
 from leaseq.codec import Encryption
 from leaseq.dsn import describe_dsn, resolve_dsn, warn_multi_host
-from leaseq.errors import DatabaseUnavailable, SchemaError
+from leaseq.errors import DatabaseUnavailable, SchemaError, schema_missing
 from leaseq.ops.reads_async import AsyncReadPool, Reads, Row, run_statement
 from leaseq.params import notify_channel
 from leaseq.payload_store import S3Store, check_offload
@@ -386,9 +386,7 @@ class AsyncClientBase:
         """Raise :class:`SchemaError` unless the schema is exactly at this code's version."""
         version = await self.schema_version()
         if version is None:
-            raise SchemaError(
-                f"schema {self.schema!r} is not set up in this database; run `leaseq migrate`"
-            )
+            raise schema_missing(self.schema)
         self._refuse_newer(version)
         if version < latest_version():
             raise SchemaError(

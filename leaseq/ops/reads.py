@@ -17,7 +17,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from leaseq.dsn import describe_dsn
-from leaseq.errors import DatabaseUnavailable
+from leaseq.errors import DatabaseUnavailable, missing_schema_of, schema_missing
 from leaseq.rows import configure_json, tolerate_extremes
 from leaseq.rules.replicas import ReplicaLag, lag_from_row
 from leaseq.sql import Queries
@@ -35,7 +35,13 @@ def run_statement(
     cur = conn.cursor()
     if tolerant:
         tolerate_extremes(cur)
-    cur.execute(query, params)
+    try:
+        cur.execute(query, params)
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+        missing = missing_schema_of(exc)
+        if missing is None:
+            raise
+        raise schema_missing(missing) from exc
     return list(cur.fetchall()) if cur.description is not None else []
 
 

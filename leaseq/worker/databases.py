@@ -35,7 +35,7 @@ def app_for(app: App, queue_map: QueueMap, dsn: str | None) -> App:
     """A view of ``app`` on one database: its DSN, and only the schedules of its queues.
     Tasks stay the app's own, so a handler's enqueue is still routed by queue."""
     view = copy.copy(app)
-    view.dsn = dsn
+    view._dsn = dsn  # not the setter: it would close the clients the copy shares with app
     queues = {d.name: d.queue for d in app.schedule_defs()}
     view.schedules = {
         name: spec for name, spec in app.schedules.items() if queue_map.dsn_for(queues[name]) == dsn

@@ -416,3 +416,27 @@ def test_default_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Pat
         assert default_data_dir() == tmp_path / "xdg" / "leaseq" / "pg"
         monkeypatch.delenv("XDG_DATA_HOME")
         assert default_data_dir() == pathlib.Path.home() / ".local" / "share" / "leaseq" / "pg"
+
+
+@needs_pg
+def test_the_testing_kits_server_ignores_the_development_port(
+    shared: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30: LEASEQ_EMBEDDED_PORT names the development server's port (here: busy, as
+    when that server runs); the kit's own test server keeps its port instead of failing."""
+    from leaseq.testing.plugin import test_server
+
+    shared.ensure_running()
+    port = shared.status().port
+    shared.stop()
+    busy = free_port()
+    occupant = _listen_on(busy)
+    monkeypatch.setenv("LEASEQ_EMBEDDED_PORT", str(busy))
+    try:
+        with pytest.raises(EmbeddedError, match="in use"):
+            EmbeddedServer(shared.data_dir).ensure_running()  # the development server's way
+        dsn = test_server(shared.data_dir).ensure_running()
+    finally:
+        occupant.close()
+    assert shared.status().port == port and dsn.endswith(f":{port}/leaseq")
+    assert _query(dsn, "SELECT 1") == 1

@@ -63,4 +63,4 @@ TASKS = {
         "QUEUES": ["default", "mail"],
     }
 }
-LEASEQ = {"DATABASE": "default", "SCHEMA": "leaseq"}
+LEASEQ = {"DATABASE": "default", "SCHEMA": "leaseq", "APP": "tests.django_project.shop.jobs:app"}

@@ -193,3 +193,70 @@ def test_stale_connection_closing_spares_an_open_atomic_block() -> None:
         raw: Any = connection.connection
         close_stale_connections()
         assert connection.connection is raw and not raw.closed
+
+
+def test_plain_leaseq_tasks_of_leaseq_app_run_on_the_worker_serving_tasks_queues(
+    kit: Kit,
+) -> None:
+    """Issue 30: docs/django.md's atomic() example enqueues a plain leaseq task; with
+    LEASEQ["APP"] naming the project's App, `manage.py leaseq worker` (no -q: every queue
+    of TASKS' QUEUES and of the App's tasks) runs it."""
+    from django.core.management import call_command
+    from django.db import transaction
+
+    from leaseq.contrib.django import connection_for, leaseq_app
+    from tests.django_project.shop.jobs import app as project_app
+    from tests.django_project.shop.models import Order, Receipt
+
+    assert leaseq_app() is project_app and "mail.receipt" in project_app.tasks
+    with transaction.atomic():
+        order = Order.objects.create(email="plain@example.com")
+        leaseq_app().client.enqueue(
+            "mail.receipt", {"order": order.id}, queue="mail", connection=connection_for()
+        )
+    call_command("leaseq", "worker", "--burst", "-c", "2")
+    assert Receipt.objects.filter(order=order).count() == 1
+
+
+def test_manage_py_worker_refuses_an_unknown_queue_and_status_speaks_json(kit: Kit) -> None:
+    import io
+    import json
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="queue 'nosuch' is not used by any task"):
+        call_command("leaseq", "worker", "--burst", "-q", "nosuch")
+    kit.client.enqueue("status.shown", {}, queue="mail")
+    out = io.StringIO()
+    call_command("leaseq", "status", "--json", stdout=out)
+    rows = {row["queue"]: row for row in json.loads(out.getvalue())}
+    assert rows["mail"]["ready"] >= 1
+
+
+def test_djangos_test_database_gets_leaseqs_schema_from_migrate(kit: Kit) -> None:
+    """Issue 30: Django's test runner creates its test database and runs `migrate` on it;
+    leaseq's schema comes along (post_migrate), and no connection is left to block the
+    runner dropping that database at the end."""
+    from django.db import connection
+
+    from leaseq.contrib.django import leaseq_app
+    from tests.django_project.shop.tasks import send_receipt
+
+    old_name = connection.settings_dict["NAME"]
+    # The project's search_path names the kit's clock schema, which a new database lacks
+    # (Django would then create its tables in pg_catalog): left out for this database.
+    old_options = connection.settings_dict["OPTIONS"]
+    connection.settings_dict["OPTIONS"] = {}
+    test_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    try:
+        assert leaseq_app().dsn is not None and test_name in leaseq_app().dsn
+        assert leaseq_app().client.schema_version() is not None
+        result = send_receipt.enqueue(1)
+        assert send_receipt.get_result(result.id).status == "READY"
+        leaseq_app().close()
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+        connection.settings_dict["OPTIONS"] = old_options
+        connection.close()
+    assert old_name in (leaseq_app().dsn or "")  # back on the project's database

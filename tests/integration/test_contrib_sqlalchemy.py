@@ -121,3 +121,30 @@ async def test_async_session_commit_and_rollback(
             await session.rollback()
     leaseq_testing.assert_enqueued("mail.receipt", payload_subset={"order": 3})
     leaseq_testing.refute_enqueued("mail.receipt", payload_subset={"order": 4})
+
+
+def test_sync_use_imports_and_works_without_greenlet(leaseq_dsn: str) -> None:
+    """SQLAlchemy 2.1 no longer installs greenlet, and ``sqlalchemy.ext.asyncio`` refuses to
+    import without it: the sync half of the integration must not need it (issue 30)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "sys.modules['greenlet'] = None  # as if it were not installed\n"
+        "import psycopg\n"
+        "from sqlalchemy import create_engine\n"
+        "from sqlalchemy.orm import Session\n"
+        "import leaseq\n"
+        "from leaseq.contrib.sqlalchemy import connection_for\n"
+        "assert 'sqlalchemy.ext.asyncio' not in sys.modules\n"
+        f"dsn = {leaseq_dsn!r}\n"
+        "eng = create_engine('postgresql+psycopg://', creator=lambda: psycopg.connect(dsn))\n"
+        "client = leaseq.Client(dsn)\n"
+        "with Session(eng) as s, s.begin():\n"
+        "    client.enqueue('mail.send', {}, connection=connection_for(s))\n"
+        "print(client.queue_stats()[0].ready)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"

@@ -242,3 +242,48 @@ def test_the_plugin_serves_a_project_without_leaseqs_own_conftest(
     )
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:asyncio")
     result.assert_outcomes(passed=1)
+
+
+def test_an_applications_own_app_follows_every_tests_database_sync_and_async(
+    pytester: pytest.Pytester, leaseq_server_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30: the App caches its clients, so a second test used the first test's dropped
+    database. With ``leaseq_use(app)`` (or ``app.dsn = leaseq_dsn``, as docs/testing.md
+    shows) every test enqueues into its own database, sync and async, any number of tests."""
+    monkeypatch.setenv("LEASEQ_TEST_DSN", leaseq_server_dsn)
+    pytester.makepyfile(
+        """
+        import pytest
+        import leaseq
+
+        jobs = leaseq.App()
+
+        @jobs.task(name="user.welcome")
+        def welcome(ctx, payload):
+            return payload["to"]
+
+        @pytest.fixture(autouse=True)
+        def _on_the_test_database(leaseq_use):
+            leaseq_use(jobs)
+
+        @pytest.mark.parametrize("n", range(3))
+        def test_sync(n, leaseq_testing):
+            welcome.enqueue({"to": f"s{n}"})
+            assert [j.payload for j in leaseq_testing.enqueued_jobs()] == [{"to": f"s{n}"}]
+            assert leaseq_testing.drain(jobs).succeeded == 1
+
+        @pytest.mark.parametrize("n", range(3))
+        async def test_async(n, leaseq_testing):
+            await welcome.enqueue_async({"to": f"a{n}"})
+            assert [j.payload for j in leaseq_testing.enqueued_jobs()] == [{"to": f"a{n}"}]
+
+        @pytest.mark.parametrize("n", range(2))
+        def test_setting_the_dsn_as_the_docs_show(n, leaseq_dsn, leaseq_testing):
+            jobs.dsn = leaseq_dsn
+            welcome.enqueue({"to": f"d{n}"})
+            assert len(leaseq_testing.enqueued_jobs()) == 1
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-o", "asyncio_mode=auto")
+    result.assert_outcomes(passed=8)
+    assert "PoolTimeout" not in result.stdout.str()
