@@ -325,10 +325,12 @@ class App:
         later ``asyncio.run``, the next async test) the cached ones are dropped (their loop
         has ended, or the pool would be used across loops) and new ones made."""
         try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            loop = asyncio.get_running_loop()
         except RuntimeError:
-            loop = None
-        if loop is not self._async_loop:
+            return  # outside any loop (a look at the client from a test thread): as cached
+        if self._async_loop is None:
+            self._async_loop = loop  # made outside a loop, or not yet: this loop's now
+        elif loop is not self._async_loop:
             self._drop_async()
             self._async_loop = loop
 
@@ -337,7 +339,7 @@ class App:
         stale = [c for c in (self._async_client, self._async_router) if c is not None]
         self._async_client = None
         self._async_router = None
-        loop = self._async_loop
+        loop, self._async_loop = self._async_loop, None
         if stale and loop is not None and not loop.is_closed() and loop.is_running():
             for client in stale:
                 asyncio.run_coroutine_threadsafe(client.close(), loop)

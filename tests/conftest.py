@@ -113,7 +113,9 @@ def dsn() -> str:
     if configured:
         return configured
     # Started on first use by whichever process needs it; stopped by pytest_unconfigure.
-    return EmbeddedServer(pathlib.Path(os.environ["LEASEQ_TEST_EMBEDDED_DIR"]), port_from_env=False).ensure_running()
+    return EmbeddedServer(
+        pathlib.Path(os.environ["LEASEQ_TEST_EMBEDDED_DIR"]), port_from_env=False
+    ).ensure_running()
 
 
 @pytest.fixture(scope="session")

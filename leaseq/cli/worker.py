@@ -8,6 +8,7 @@ option can also be set as ``LEASEQ_WORKER_<OPTION>`` (e.g. ``LEASEQ_WORKER_CONCU
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import logging
 import os
@@ -52,6 +53,23 @@ def load_app(ref: str) -> App:
     return app
 
 
+def refuse_unknown_env(command: click.Command, environ: typing.Mapping[str, str]) -> None:
+    """A ``LEASEQ_WORKER_*`` variable that names no option is refused with one line: set
+    by mistake (a typo, a singular for a plural), it would otherwise be ignored silently."""
+    known: set[str] = set()
+    for param in command.params:
+        names = param.envvar if isinstance(param.envvar, list | tuple) else [param.envvar]
+        known.update(n for n in names if isinstance(n, str))
+    unknown = sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(
+            f"{unknown[0]} is not a worker setting{hint}; see `leaseq worker --help` for the "
+            "LEASEQ_WORKER_<OPTION> variables"
+        )
+
+
 def bind_app(app: App, settings: Settings, queue_dsns: tuple[str, ...] = ()) -> None:
     """Apply the global options to the app: a given DSN or schema beats the app's own, and
     each ``--queue-dsn QUEUE=DSN`` beats the app's own database for that queue."""
@@ -82,6 +100,16 @@ def _queue_settings(specs: tuple[str, ...], app: App, any_queue: bool) -> tuple[
             f"{', '.join(sorted(known)) or 'none'}); pass --any-queue to serve it anyway"
         )
     return queues
+
+
+def left_behind(paused: int, held: int) -> str:
+    """The burst exit line's tail: due jobs it could not run, and why."""
+    parts = []
+    if paused:
+        parts.append(f"{paused} job(s) left pending behind a pause (`leaseq pauses`)")
+    if held:
+        parts.append(f"{held} job(s) left pending behind a limit or ordering key")
+    return "; " + "; ".join(parts) if parts else ""
 
 
 def _shown(seconds: float) -> str:
@@ -159,11 +187,13 @@ def config_from_options(queues: tuple[QueueSettings, ...], options: dict[str, An
     "-q",
     "queues",
     multiple=True,
-    envvar=ENV_PREFIX + "QUEUES",
+    # LEASEQ_WORKER_QUEUE is what the LEASEQ_WORKER_<OPTION> rule gives for --queue.
+    envvar=[ENV_PREFIX + "QUEUE", ENV_PREFIX + "QUEUES"],
     show_envvar=True,
     help=(
         "Queue to serve, repeatable: NAME[=WEIGHT][:lease=SECONDS,batch=N]; weights split "
-        "the slots between queues that all have work. Default: default."
+        "the slots between queues that all have work. Default: default. In the "
+        "environment: space-separated."
     ),
 )
 @click.option(
@@ -216,6 +246,7 @@ def worker(
     With --queue-dsn (or the app's App(queues=...)), queues on several databases are served
     by one worker per database in this process, each with these options (docs/scaling.md).
     """
+    refuse_unknown_env(click.get_current_context().command, os.environ)
     app = load_app(app_ref)
     bind_app(app, settings, queue_dsns)
     config = config_from_options(_queue_settings(queues, app, any_queue), options)
@@ -239,6 +270,7 @@ def worker(
             f"processed {done} job(s) in {elapsed:.2f}s ({done / elapsed:.0f}/s): "
             f"{stats.succeeded} succeeded, {stats.failed} failed, "
             f"{stats.lost_leases + stats.lost_fence_writes} lost lease(s)"
+            + left_behind(stats.left_paused, stats.left_held)
         )
     # Exit without joining handler threads: a sync handler that was abandoned (shutdown
     # timeout, second signal, max_runtime) may still be running, and its result is

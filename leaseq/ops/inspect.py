@@ -100,6 +100,12 @@ class InspectOps(PayloadOps):
         rows = self._rows("queues_have_work", {"queues": list(queues)})
         return bool(rows[0][0])
 
+    def held_jobs(self, queues: Sequence[str]) -> tuple[int, int]:
+        """Due jobs of ``queues`` that nothing can claim now: (behind a pause, held
+        otherwise: a limit, an ordering key). A burst worker's exit line reports them."""
+        rows = self._rows("held_jobs", {"queues": list(queues)})
+        return int(rows[0][0]), int(rows[0][1])
+
     def queue_stats(self, *, throughput: bool = False) -> list[QueueStats]:
         """Per-queue health, from partial indexes only. With ``throughput``, also how many
         jobs each queue finished in the last minute (that part scans recent history)."""

@@ -355,9 +355,12 @@ class Executor:
             if jobs_log.isEnabledFor(logging.DEBUG):
                 jobs_log.debug("job %d succeeded", lease.job_id, extra=job_fields(lease))
             return
-        jobs_log.info(
-            "job %d %s after attempt %d: %s",
+        # At the default level (WARNING): a retry or a dead job is what an operator running
+        # a worker in a terminal needs to see without -v, with the task it belongs to.
+        jobs_log.warning(
+            "job %d (task %s) %s after attempt %d: %s",
             lease.job_id,
+            lease.task,
             "will be retried" if status is JobStatus.PENDING else str(status),
             lease.attempt,
             outcome.error_code,

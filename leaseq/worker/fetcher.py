@@ -288,7 +288,15 @@ class Fetcher:
         """In burst mode: nothing claimable now. In drain mode: nothing left at all."""
         if self.config.drain:
             return not await self.client.queues_have_work(self.config.queue_names)
-        return self.config.burst
+        if not self.config.burst:
+            return False
+        if self._bad:
+            return True  # a queue whose claims fail on bad data is not waited for
+        # Due jobs held back by a rate or concurrency limit are waited for: they are work
+        # these queues have, only not admitted yet. Paused ones are not (a pause may last
+        # for ever): the exit line reports them (Worker.run).
+        _, held = await self.client.held_jobs(self.config.queue_names)
+        return held == 0
 
     async def _sleep_or_wake(self, seconds: float) -> None:
         waiters = [

@@ -73,6 +73,10 @@ class WorkerStats:
     #: Schedule ticks this worker's ticker enqueued, and skipped by policy.
     ticks_enqueued: int = 0
     ticks_skipped: int = 0
+    #: At a burst or drain worker's exit: due jobs of its queues left behind a pause, and
+    #: held otherwise (a concurrency limit, an ordering key running elsewhere).
+    left_paused: int = 0
+    left_held: int = 0
 
 
 class Cancellable(Protocol):

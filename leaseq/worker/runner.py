@@ -23,7 +23,7 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from leaseq.app import App
 from leaseq.client_async import AsyncClient
@@ -44,6 +44,18 @@ from leaseq.worker.stopping import stop_tasks
 
 #: One line when a worker starts serving (the CLI shows it at any verbosity).
 start_log = logging.getLogger("leaseq.start")
+
+#: The start line names at most this many tasks, then says how many more.
+_TASKS_SHOWN = 20
+
+
+def serving_line(queues: Sequence[str], tasks: Sequence[str]) -> str:
+    """The start line's tail: the queues served and the tasks this worker can run."""
+    shown = sorted(tasks)[:_TASKS_SHOWN]
+    more = len(tasks) - len(shown)
+    names = ", ".join(shown) or "none"
+    return f"queues: {', '.join(queues)}; tasks: {names}" + (f" and {more} more" if more else "")
+
 
 __all__ = ["EXIT_ABANDONED", "EXIT_OK", "Worker", "WorkerStats", "exit_code", "run_worker"]
 
@@ -173,7 +185,10 @@ class Worker:
                 )
         # Said once the database answered and its schema fits: which database this serves.
         start_log.info(
-            "worker serving %s (schema %s)", describe_dsn(await self.client.dsn()), self.app.schema
+            "worker serving %s (schema %s); %s",
+            describe_dsn(await self.client.dsn()),
+            self.app.schema,
+            serving_line(self.config.queue_names, list(self.app.tasks)),
         )
         if self.config.schedules:
             await self._sync_schedules()
@@ -216,6 +231,10 @@ class Worker:
         try:
             await self._fetcher.run()
             await self._shutdown()
+            if self.config.burst and not self._stopping.is_set():
+                with contextlib.suppress(*TRANSIENT):
+                    held = await self.client.held_jobs(self.config.queue_names)
+                    self.stats.left_paused, self.stats.left_held = held
         finally:
             try:
                 await stop_tasks(background, patience=self.config.op_timeout)

@@ -74,3 +74,30 @@ def test_worker_options_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> Non
     assert (config.priority_aging, config.prune_interval) == (30.0, 120.0)
     assert (config.listen, config.worker_id) == (False, "me")
     assert _parsed("--retention", "1d").retention == 86400.0
+
+
+@pytest.mark.parametrize("name", ["LEASEQ_WORKER_QUEUE", "LEASEQ_WORKER_QUEUES"])
+def test_queues_from_the_environment_by_the_documented_rule_space_separated(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Issue 30: LEASEQ_WORKER_<OPTION> for --queue is LEASEQ_WORKER_QUEUE; both spellings
+    are read, space-separated."""
+    for other in ("LEASEQ_WORKER_QUEUE", "LEASEQ_WORKER_QUEUES"):
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(name, "mail reports=2")
+    assert worker.make_context("worker", [APP]).params["queues"] == ("mail", "reports=2")
+
+
+def test_a_worker_variable_naming_no_option_is_refused_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from leaseq.cli import main
+
+    monkeypatch.setenv("LEASEQ_WORKER_CONCURENCY", "20")
+    with pytest.raises(SystemExit) as stopped:
+        main(["worker", APP])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert "LEASEQ_WORKER_CONCURENCY is not a worker setting" in err
+    assert "did you mean LEASEQ_WORKER_CONCURRENCY?" in err

@@ -15,7 +15,6 @@ from leaseq.app import App
 from leaseq.contrib.django.runtime import DISPATCH_TASK, run_django_task
 from leaseq.errors import ConfigError
 
-
 #: The keys of the ``LEASEQ`` setting.
 SETTING_KEYS = ("DATABASE", "SCHEMA", "DSN", "APP")
 

@@ -32,6 +32,24 @@ SELECT EXISTS (
   WHERE status = 'running' AND queue_name = ANY(%(queues)s::text[])
 );
 
+-- name: held_jobs
+-- What a burst worker leaves behind when nothing is claimable: due jobs of these queues held
+-- back by a pause (queue, task or ordering key), then those held otherwise (a concurrency
+-- or rate limit, an ordering key's predecessor still running elsewhere). Said in its exit
+-- line, so a burst that stops early is never taken for an empty queue.
+SELECT count(*) FILTER (WHERE h.paused), count(*) FILTER (WHERE NOT h.paused)
+FROM (
+  SELECT EXISTS (
+           SELECT 1 FROM {schema}.pauses AS p
+           WHERE (p.scope = 'queue' AND p.value = j.queue_name)
+              OR (p.scope = 'task' AND p.value = j.task)
+              OR (p.scope = 'ordering_key' AND p.value = j.ordering_key)
+         ) AS paused
+  FROM {schema}.jobs AS j
+  WHERE j.status = 'pending' AND NOT j.blocked AND NOT j.waiting AND j.available_at <= now()
+    AND j.queue_name = ANY(%(queues)s::text[])
+) AS h;
+
 -- name: queue_stats
 -- Per-queue health from the view (partial indexes only: cheap on any history).
 SELECT queue_name, ready, scheduled, running, dead, oldest_ready_age, oldest_dead_age,
