@@ -134,3 +134,13 @@ class JobDead(JobFailed):
 
 class JobCancelled(JobFailed):
     """``result()``: the job ended cancelled (by an operator, or a failed dependency)."""
+
+
+#: The SQLSTATEs the SQL API refuses with (class LQ, docs/sql-api.md), and the error each
+#: stands for; the message is the one-line message the client's check gives.
+SQLSTATES: dict[str, type[LeaseqError]] = {
+    "LQ000": LeaseqError,
+    "LQ001": ConfigError,
+    "LQ002": PayloadError,
+    "LQ003": UniqueConflict,
+}

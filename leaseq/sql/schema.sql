@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 19
+-- schema version: 20
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -36,7 +36,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (16, 'queue_slots'),
   (17, 'payloads'),
   (18, 'steps'),
-  (19, 'expires');
+  (19, 'expires'),
+  (20, 'sql_api');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -952,3 +953,1283 @@ CREATE TABLE {schema}.job_steps (
   CONSTRAINT job_steps_name_bounded CHECK (length(name) <= 128),
   CONSTRAINT job_steps_seq_valid CHECK (seq >= 0)
 );
+
+-- The SQL API (migration 0020, docs/sql-api.md): enqueue, enqueue_many, job_state,
+-- job_result, cancel, and their helpers. The copies of the client's statements are
+-- written by tools/sql_api_refresh.py.
+-- The wake-up channel of this schema (leaseq.params.notify_channel).
+CREATE FUNCTION {schema}._api_channel()
+RETURNS text LANGUAGE sql IMMUTABLE
+AS $fn$
+SELECT 'leaseq.' || rtrim(replace('{schema}.', '"', ''), '.')
+$fn$;
+
+-- A refusal: one line, under one of leaseq's SQLSTATEs.
+CREATE FUNCTION {schema}._api_refuse(a_state text, a_message text)
+RETURNS void LANGUAGE plpgsql
+AS $fn$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = a_state, MESSAGE = a_message;
+END
+$fn$;
+
+-- A value as a message shows it (Python's repr for JSON's scalars), at most 60 characters.
+CREATE FUNCTION {schema}._api_show(a_value jsonb)
+RETURNS text LANGUAGE sql IMMUTABLE
+AS $fn$
+SELECT CASE WHEN length(t) <= 60 THEN t ELSE left(t, 57) || '...' END
+FROM (SELECT CASE jsonb_typeof(a_value)
+               -- JSON's escapes (\n, \", ...), as repr escapes: one line.
+               WHEN 'string' THEN '''' || substr(a_value::text, 2, length(a_value::text) - 2)
+                                  || ''''
+               WHEN 'boolean' THEN initcap(a_value::text)
+               WHEN 'null' THEN 'None'
+               ELSE coalesce(a_value::text, 'None')
+             END AS t) AS s
+$fn$;
+
+-- leaseq.validate.check_name: task and queue names.
+CREATE FUNCTION {schema}._api_name(a_kind text, a_value jsonb)
+RETURNS text LANGUAGE plpgsql IMMUTABLE
+AS $fn$
+DECLARE
+  v_text text := a_value #>> '{}';
+BEGIN
+  IF jsonb_typeof(a_value) IS DISTINCT FROM 'string' OR v_text = '' THEN
+    PERFORM {schema}._api_refuse('LQ001', format('%s name must be a non-empty string, got %s',
+                                                a_kind, {schema}._api_show(a_value)));
+  END IF;
+  IF length(v_text) > 128 OR v_text !~ '^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$' THEN
+    PERFORM {schema}._api_refuse('LQ001', format(
+      'invalid %s name %s: use letters, digits and _ . : - / (at most 128 characters, '
+      'not starting with punctuation)', a_kind, {schema}._api_show(a_value)));
+  END IF;
+  RETURN v_text;
+END
+$fn$;
+
+-- leaseq.validate.check_int: a JSON integer (not a boolean, not 1.0) within bounds.
+CREATE FUNCTION {schema}._api_int(a_kind text, a_value jsonb, a_low numeric, a_high numeric)
+RETURNS numeric LANGUAGE plpgsql IMMUTABLE
+AS $fn$
+BEGIN
+  IF jsonb_typeof(a_value) IS DISTINCT FROM 'number' OR a_value::text !~ '^-?[0-9]+$' THEN
+    PERFORM {schema}._api_refuse('LQ001', format('%s must be an integer, got %s',
+                                                a_kind, {schema}._api_show(a_value)));
+  END IF;
+  IF a_value::text::numeric NOT BETWEEN a_low AND a_high THEN
+    PERFORM {schema}._api_refuse('LQ001', format('%s must be between %s and %s, got %s',
+                                                a_kind, a_low, a_high, a_value::text));
+  END IF;
+  RETURN a_value::text::numeric;
+END
+$fn$;
+
+-- A key of at most 200 characters, or NULL (idempotency, ordering, unique and limit keys).
+CREATE FUNCTION {schema}._api_key(a_kind text, a_value jsonb, a_rule text)
+RETURNS text LANGUAGE plpgsql IMMUTABLE
+AS $fn$
+BEGIN
+  IF a_value IS NULL OR jsonb_typeof(a_value) = 'null' THEN
+    RETURN NULL;
+  END IF;
+  IF jsonb_typeof(a_value) <> 'string' OR a_value #>> '{}' = ''
+     OR length(a_value #>> '{}') > 200 THEN
+    PERFORM {schema}._api_refuse('LQ001', format(
+      '%s must be a non-empty string of at most 200 characters (%s), got %s',
+      a_kind, a_rule, {schema}._api_show(a_value)));
+  END IF;
+  RETURN a_value #>> '{}';
+END
+$fn$;
+
+-- leaseq.rules.unique's seconds: more than 0, at most ten years, or NULL.
+CREATE FUNCTION {schema}._api_window(a_kind text, a_value jsonb)
+RETURNS float8 LANGUAGE plpgsql IMMUTABLE
+AS $fn$
+BEGIN
+  IF a_value IS NULL OR jsonb_typeof(a_value) = 'null' THEN
+    RETURN NULL;
+  END IF;
+  IF jsonb_typeof(a_value) <> 'number' THEN
+    PERFORM {schema}._api_refuse('LQ001', format('%s must be seconds or a timedelta, got %s',
+                                                a_kind, {schema}._api_show(a_value)));
+  END IF;
+  IF a_value::text::numeric <= 0 OR a_value::text::numeric > 315360000 THEN
+    PERFORM {schema}._api_refuse('LQ001', format(
+      '%s must be more than 0 and at most 3.1536e+08 seconds, got %s', a_kind, a_value::text));
+  END IF;
+  RETURN a_value::text::float8;
+END
+$fn$;
+
+-- leaseq.validate.encode_payload's rules for a JSON value: at most a_limit bytes in its
+-- compact form (no spaces after , and :), at most 64 levels of lists and objects. NUL and
+-- lone surrogates cannot reach here: jsonb refuses them.
+CREATE FUNCTION {schema}._api_payload(a_payload jsonb, a_limit integer)
+RETURNS jsonb LANGUAGE plpgsql IMMUTABLE
+AS $fn$
+DECLARE
+  v_text text := a_payload::text;
+  v_size bigint := octet_length(v_text);
+  v_depth integer;
+  v_spaces bigint;
+BEGIN
+  -- The walk is needed only when the text is over the limit (the compact form may not
+  -- be) or has more brackets than the depth allowed, as in the client.
+  IF v_size > a_limit
+     OR length(v_text) - length(translate(v_text, '[{', '')) > 64 THEN
+    WITH RECURSIVE walk(node, depth) AS (
+      SELECT a_payload, 1
+      UNION ALL
+      SELECT c.value, w.depth + 1
+      FROM walk AS w,
+           LATERAL (SELECT e.value FROM jsonb_array_elements(
+                      CASE WHEN jsonb_typeof(w.node) = 'array' THEN w.node END) AS e
+                    UNION ALL
+                    SELECT e.value FROM jsonb_each(
+                      CASE WHEN jsonb_typeof(w.node) = 'object' THEN w.node END) AS e) AS c
+      WHERE w.depth <= 64 AND jsonb_typeof(c.value) IN ('array', 'object')
+    )
+    SELECT max(depth),
+           sum(CASE jsonb_typeof(node)
+                 WHEN 'array' THEN greatest(jsonb_array_length(node) - 1, 0)
+                 ELSE greatest(2 * (SELECT count(*) FROM jsonb_object_keys(node)) - 1, 0)
+               END)
+    INTO v_depth, v_spaces
+    FROM walk
+    WHERE jsonb_typeof(node) IN ('array', 'object');
+    IF v_depth > 64 THEN
+      PERFORM {schema}._api_refuse('LQ002',
+        'payload nests lists and objects more than 64 levels deep');
+    END IF;
+    v_size := v_size - coalesce(v_spaces, 0);
+  END IF;
+  IF v_size > a_limit THEN
+    PERFORM {schema}._api_refuse('LQ002', format(
+      'payload is %s bytes, over the limit of %s bytes', v_size, a_limit));
+  END IF;
+  RETURN a_payload;
+END
+$fn$;
+
+-- One job's options checked as leaseq.jobspec.job_params checks them (in its order), with
+-- the defaults of leaseq.jobspec.OPTIONS: the checked job, as _api_insert takes it.
+CREATE FUNCTION {schema}._api_check(a_job jsonb)
+RETURNS jsonb LANGUAGE plpgsql STABLE
+AS $fn$
+DECLARE
+  v_names text[] := ARRAY['task', 'payload', 'queue', 'priority', 'run_at', 'delay',
+    'max_attempts', 'payload_version', 'idempotency_key', 'ordering_key', 'key_policy',
+    'unique_key', 'unique_for', 'unique_states', 'on_conflict', 'debounce', 'debounce_max',
+    'limit_key', 'depends_on', 'on_dead', 'expires', 'batch_id'];
+  v_job jsonb;
+  v_unknown text;
+  v_given text;
+  v_key text;
+  v_window float8;
+  v_states text[];
+  v_wait float8;
+  v_cap float8;
+  v_mode text;
+  v_run_at timestamptz;
+  v_delay float8 := 0;
+  v_limit integer := coalesce(nullif(current_setting('leaseq.payload_limit', true), ''),
+                              '1048576')::integer;
+  v_deps bigint[];
+  v_expires timestamptz;
+  v_expires_in float8;
+  v_item jsonb;
+  v_out jsonb;
+BEGIN
+  IF jsonb_typeof(a_job) IS DISTINCT FROM 'object' THEN
+    PERFORM {schema}._api_refuse('LQ001', format('a job is a JSON object, got %s',
+                                                coalesce(jsonb_typeof(a_job), 'NULL')));
+  END IF;
+  SELECT string_agg(quote_literal(k), ', ' ORDER BY quote_literal(k)) INTO v_unknown
+  FROM jsonb_object_keys(a_job) AS k WHERE k <> ALL(v_names);
+  IF v_unknown IS NOT NULL THEN
+    PERFORM {schema}._api_refuse('LQ001', 'unknown job option(s): ' || v_unknown);
+  END IF;
+  IF NOT a_job ? 'task' THEN
+    PERFORM {schema}._api_refuse('LQ001', 'a job needs a task');
+  END IF;
+  -- The defaults (leaseq.jobspec.DEFAULTS); JSON null stands for Python's None.
+  v_job := jsonb_build_object('payload', 'null'::jsonb, 'queue', 'default', 'priority', 0,
+                              'max_attempts', 8, 'key_policy', 'block', 'on_dead', 'cancel')
+           || a_job;
+
+  -- leaseq.rules.unique.unique_options and check_schedule
+  IF coalesce(jsonb_typeof(v_job->'unique_key'), 'null') = 'null' THEN
+    SELECT string_agg(n, ', ' ORDER BY o) INTO v_given
+    FROM unnest(ARRAY['unique_for', 'unique_states', 'on_conflict', 'debounce',
+                      'debounce_max']) WITH ORDINALITY AS u(n, o)
+    WHERE coalesce(jsonb_typeof(v_job->n), 'null') <> 'null';
+    IF v_given IS NOT NULL THEN
+      PERFORM {schema}._api_refuse('LQ001', v_given || ' needs a unique_key');
+    END IF;
+  ELSE
+    v_key := {schema}._api_key('unique_key', v_job->'unique_key', 'no NUL, valid Unicode');
+    v_window := {schema}._api_window('unique_for', v_job->'unique_for');
+    IF coalesce(jsonb_typeof(v_job->'unique_states'), 'null') = 'null' THEN
+      v_states := CASE WHEN v_window IS NOT NULL THEN ARRAY['pending', 'running', 'succeeded']
+                       ELSE ARRAY['pending', 'running'] END;
+    ELSE
+      IF jsonb_typeof(v_job->'unique_states') NOT IN ('array', 'object') THEN
+        PERFORM {schema}._api_refuse('LQ001', format(
+          'unique_states must be a list of states, got %s',
+          {schema}._api_show(v_job->'unique_states')));
+      END IF;
+      -- A Python mapping iterates over its keys: so does a JSON object here.
+      v_states := CASE jsonb_typeof(v_job->'unique_states')
+        WHEN 'array' THEN ARRAY(SELECT e #>> '{}' FROM jsonb_array_elements(v_job->'unique_states')
+                                WITH ORDINALITY AS t(e, o) ORDER BY o)
+        ELSE ARRAY(SELECT jsonb_object_keys(v_job->'unique_states')) END;
+      SELECT string_agg(s, ', ' ORDER BY o) INTO v_given
+      FROM (SELECT s, min(o) AS o FROM unnest(v_states) WITH ORDINALITY AS u(s, o)
+            WHERE s NOT IN ('pending', 'running', 'succeeded', 'dead', 'cancelled')
+            GROUP BY s) AS x;
+      IF v_given IS NOT NULL THEN
+        PERFORM {schema}._api_refuse('LQ001', 'unique_states: unknown state(s) ' || v_given);
+      END IF;
+      IF NOT v_states @> ARRAY['pending', 'running'] THEN
+        PERFORM {schema}._api_refuse('LQ001', 'unique_states must contain pending and running');
+      END IF;
+      SELECT string_agg(s, ', ' ORDER BY o) INTO v_given
+      FROM (SELECT s, min(o) AS o FROM unnest(v_states) WITH ORDINALITY AS u(s, o)
+            WHERE s IN ('succeeded', 'dead', 'cancelled') GROUP BY s) AS x;
+      IF v_given IS NOT NULL AND v_window IS NULL THEN
+        PERFORM {schema}._api_refuse('LQ001', format(
+          'unique_states lists %s but no unique_for is given', v_given));
+      END IF;
+      v_states := ARRAY(SELECT s FROM unnest(ARRAY['pending', 'running', 'succeeded', 'dead',
+                                                   'cancelled']) WITH ORDINALITY AS u(s, o)
+                        WHERE s = ANY(v_states) ORDER BY o);
+    END IF;
+    v_wait := {schema}._api_window('debounce', v_job->'debounce');
+    v_cap := {schema}._api_window('debounce_max', v_job->'debounce_max');
+    IF v_cap IS NOT NULL AND v_wait IS NULL THEN
+      PERFORM {schema}._api_refuse('LQ001', 'debounce_max needs debounce');
+    END IF;
+    IF v_cap < v_wait THEN
+      PERFORM {schema}._api_refuse('LQ001', format(
+        'debounce_max (%ss) must be at least debounce (%ss)', v_cap, v_wait));
+    END IF;
+    IF coalesce(jsonb_typeof(v_job->'on_conflict'), 'null') = 'null' THEN
+      v_mode := CASE WHEN v_wait IS NOT NULL THEN 'replace' ELSE 'skip' END;
+    ELSIF jsonb_typeof(v_job->'on_conflict') <> 'string'
+          OR v_job->>'on_conflict' NOT IN ('skip', 'replace', 'raise') THEN
+      PERFORM {schema}._api_refuse('LQ001', format(
+        'on_conflict must be skip, replace or raise, got %s',
+        {schema}._api_show(v_job->'on_conflict')));
+    ELSE
+      v_mode := v_job->>'on_conflict';
+    END IF;
+    IF v_wait IS NOT NULL AND v_mode <> 'replace' THEN
+      PERFORM {schema}._api_refuse('LQ001', format(
+        'debounce replaces the pending job: on_conflict=%s contradicts it', v_mode));
+    END IF;
+    IF v_wait IS NOT NULL AND (coalesce(jsonb_typeof(v_job->'run_at'), 'null') <> 'null'
+                               OR coalesce(jsonb_typeof(v_job->'delay'), 'null') <> 'null') THEN
+      PERFORM {schema}._api_refuse('LQ001',
+        'debounce sets when the job runs: give no run_at or delay with it');
+    END IF;
+  END IF;
+
+  -- leaseq.jobspec.schedule: run_at (a timestamp with its offset) or delay (seconds).
+  IF coalesce(jsonb_typeof(v_job->'run_at'), 'null') <> 'null'
+     AND coalesce(jsonb_typeof(v_job->'delay'), 'null') <> 'null' THEN
+    PERFORM {schema}._api_refuse('LQ001', 'give either run_at or delay, not both');
+  END IF;
+  IF coalesce(jsonb_typeof(v_job->'run_at'), 'null') <> 'null' THEN
+    BEGIN
+      IF jsonb_typeof(v_job->'run_at') <> 'string'
+         OR v_job->>'run_at' !~
+              '[0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)? *([zZ]|[+-][0-9]{2}(:?[0-9]{2})?)$' THEN
+        RAISE EXCEPTION 'naive';
+      END IF;
+      v_run_at := (v_job->>'run_at')::timestamptz;
+    EXCEPTION WHEN OTHERS THEN
+      PERFORM {schema}._api_refuse('LQ001', format(
+        'run_at must be a timezone-aware datetime, got %s', {schema}._api_show(v_job->'run_at')));
+    END;
+    IF abs(extract(epoch FROM v_run_at - now())) > 3153600000 THEN
+      PERFORM {schema}._api_refuse('LQ001', format('run_at must be within 100 years of now, got %s',
+                                                  v_job->>'run_at'));
+    END IF;
+  ELSIF coalesce(jsonb_typeof(v_job->'delay'), 'null') <> 'null' THEN
+    IF jsonb_typeof(v_job->'delay') <> 'number' THEN
+      PERFORM {schema}._api_refuse('LQ001', format('delay must be seconds or a timedelta, got %s',
+                                                  {schema}._api_show(v_job->'delay')));
+    END IF;
+    IF (v_job->>'delay')::numeric < 0 THEN
+      PERFORM {schema}._api_refuse('LQ001', format('delay must not be negative, got %s',
+                                                  v_job->>'delay'));
+    END IF;
+    IF (v_job->>'delay')::numeric > 3153600000 THEN
+      PERFORM {schema}._api_refuse('LQ001', format(
+        'delay must be at most 3.1536e+09 seconds (100 years), got %s', v_job->>'delay'));
+    END IF;
+    v_delay := (v_job->>'delay')::float8;
+  END IF;
+  IF v_wait IS NOT NULL THEN
+    v_delay := v_wait;
+  END IF;
+
+  -- The options checked one by one, in leaseq.jobspec.OPTIONS' order.
+  v_out := jsonb_build_object(
+    'task', {schema}._api_name('task', v_job->'task'),
+    'queue', {schema}._api_name('queue', v_job->'queue'),
+    'priority', {schema}._api_int('priority', v_job->'priority', -32768, 32767),
+    'max_attempts', {schema}._api_int('max_attempts', v_job->'max_attempts', 1, 10000));
+  v_out := v_out || jsonb_build_object(
+    'payload_version', CASE WHEN coalesce(jsonb_typeof(v_job->'payload_version'), 'null') <> 'null'
+      THEN {schema}._api_int('payload_version', v_job->'payload_version', 0, 2147483647) END,
+    'idempotency_key', {schema}._api_key('idempotency_key', v_job->'idempotency_key',
+                                         'no NUL, valid Unicode'),
+    'ordering_key', {schema}._api_key('ordering_key', v_job->'ordering_key',
+                                      'no NUL, valid Unicode'));
+  IF jsonb_typeof(v_job->'key_policy') IS DISTINCT FROM 'string'
+     OR v_job->>'key_policy' NOT IN ('block', 'skip') THEN
+    PERFORM {schema}._api_refuse('LQ001', format('key_policy must be ''block'' or ''skip'', got %s',
+                                                {schema}._api_show(v_job->'key_policy')));
+  END IF;
+  v_out := v_out || jsonb_build_object(
+    'key_policy', v_job->>'key_policy',
+    'limit_key', {schema}._api_key('limit_key', v_job->'limit_key', 'no NUL'),
+    'batch_id', CASE WHEN coalesce(jsonb_typeof(v_job->'batch_id'), 'null') <> 'null'
+      THEN {schema}._api_int('batch_id', v_job->'batch_id', 1, 9223372036854775807) END,
+    'payload', {schema}._api_payload(v_job->'payload', v_limit),
+    'run_at', v_run_at, 'delay', v_delay,
+    'reschedule', coalesce(jsonb_typeof(v_job->'run_at'), 'null') <> 'null'
+                  OR coalesce(jsonb_typeof(v_job->'delay'), 'null') <> 'null',
+    'unique_key', v_key, 'unique_for', v_window, 'unique_states', to_jsonb(v_states),
+    'on_conflict', v_mode, 'debounce', v_wait, 'debounce_max', v_cap);
+
+  -- leaseq.validate.check_expires: an instant (a timestamp with its offset) or seconds.
+  IF jsonb_typeof(v_job->'expires') = 'string' THEN
+    BEGIN
+      IF v_job->>'expires' !~
+           '[0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)? *([zZ]|[+-][0-9]{2}(:?[0-9]{2})?)$' THEN
+        RAISE EXCEPTION 'naive';
+      END IF;
+      v_expires := (v_job->>'expires')::timestamptz;
+    EXCEPTION WHEN OTHERS THEN
+      PERFORM {schema}._api_refuse('LQ001', format(
+        'expires must be a timezone-aware datetime, got %s', {schema}._api_show(v_job->'expires')));
+    END;
+  ELSIF jsonb_typeof(v_job->'expires') = 'number' THEN
+    IF (v_job->>'expires')::numeric <= 0 OR (v_job->>'expires')::numeric > 3153600000 THEN
+      PERFORM {schema}._api_refuse('LQ001', format(
+        'expires must be more than 0 and at most 3.1536e+09 seconds, got %s', v_job->>'expires'));
+    END IF;
+    v_expires_in := (v_job->>'expires')::float8;
+  ELSIF coalesce(jsonb_typeof(v_job->'expires'), 'null') <> 'null' THEN
+    PERFORM {schema}._api_refuse('LQ001', format(
+      'expires must be seconds, a timedelta or an aware datetime, got %s',
+      {schema}._api_show(v_job->'expires')));
+  END IF;
+  v_out := v_out || jsonb_build_object('expires', v_expires, 'expires_in', v_expires_in);
+
+  -- leaseq.rules.deps.check_depends_on (job ids only: Ref and Dep are Python's).
+  IF coalesce(jsonb_typeof(v_job->'depends_on'), 'null') <> 'null' THEN
+    IF jsonb_typeof(v_job->'on_dead') IS DISTINCT FROM 'string'
+       OR v_job->>'on_dead' NOT IN ('cancel', 'run', 'ignore') THEN
+      PERFORM {schema}._api_refuse('LQ001', format('on_dead must be one of cancel, run, ignore, got %s',
+                                                  {schema}._api_show(v_job->'on_dead')));
+    END IF;
+    IF jsonb_typeof(v_job->'depends_on') <> 'array' THEN
+      PERFORM {schema}._api_refuse('LQ001', 'depends_on must be a list of job ids, Ref or Dep');
+    END IF;
+    IF jsonb_array_length(v_job->'depends_on') > 100000 THEN
+      PERFORM {schema}._api_refuse('LQ001', 'at most 100000 dependencies per job');
+    END IF;
+    v_deps := '{}';
+    FOR v_item IN SELECT e FROM jsonb_array_elements(v_job->'depends_on') WITH ORDINALITY
+                  AS t(e, o) ORDER BY o LOOP
+      IF jsonb_typeof(v_item) <> 'number' OR v_item::text !~ '^-?[0-9]+$' THEN
+        PERFORM {schema}._api_refuse('LQ001', format('a dependency is a job id, Ref or Dep, got %s',
+                                                    {schema}._api_show(v_item)));
+      END IF;
+      IF v_item::text::numeric < 1 THEN
+        PERFORM {schema}._api_refuse('LQ001', format(
+          'a dependency''s job id must be positive, got %s', v_item::text));
+      END IF;
+      IF NOT v_item::text::bigint = ANY(v_deps) THEN
+        v_deps := v_deps || v_item::text::bigint;
+      END IF;
+    END LOOP;
+    IF cardinality(v_deps) > 0 THEN
+      v_out := v_out || jsonb_build_object('depends_on', to_jsonb(v_deps),
+                                           'on_dead', v_job->>'on_dead');
+    END IF;
+  END IF;
+
+  -- leaseq.ops.deps_async._check_deps
+  IF v_out->>'batch_id' IS NOT NULL AND v_key IS NOT NULL THEN
+    PERFORM {schema}._api_refuse('LQ001', 'a job in a batch cannot have a unique_key');
+  END IF;
+  IF v_out ? 'depends_on' AND (v_key IS NOT NULL OR v_out->>'ordering_key' IS NOT NULL) THEN
+    PERFORM {schema}._api_refuse('LQ001',
+      'depends_on cannot be combined with unique_key or ordering_key');
+  END IF;
+  RETURN v_out;
+END
+$fn$;
+
+-- leaseq.ops.ending_async._promote_dependents: after jobs ended in this transaction, fire
+-- their sealed batches and decide their waiting dependents, down the graph.
+CREATE FUNCTION {schema}._api_promote(a_ended bigint[])
+RETURNS void LANGUAGE plpgsql
+AS $fn$
+DECLARE
+  p_ids bigint[];
+  p_ended bigint[];
+  p_channel text := {schema}._api_channel();
+  v_ids bigint[] := ARRAY(SELECT DISTINCT unnest(a_ended) ORDER BY 1);
+  v_locked bigint[];
+  v_next bigint[];
+  v_row record;
+BEGIN
+  WHILE cardinality(v_ids) > 0 LOOP
+    p_ids := v_ids;
+    v_locked := '{}';
+    FOR v_row IN
+-- statement: lock_batches_of
+SELECT b.id
+FROM {schema}.batches AS b
+WHERE b.id IN (SELECT j.batch_id FROM {schema}.jobs AS j
+               WHERE j.id = ANY(p_ids::bigint[]) AND j.batch_id IS NOT NULL)
+  AND b.state <> 'done'
+ORDER BY b.id
+FOR UPDATE
+-- end: lock_batches_of
+    LOOP
+      v_locked := v_locked || v_row.id;
+    END LOOP;
+    IF cardinality(v_locked) > 0 THEN
+      p_ids := v_locked;
+      FOR v_row IN
+-- statement: fire_batches
+WITH b AS (
+  SELECT b.id, b.on_success, b.on_failure, b.on_finish,
+         count(j.id) AS total,
+         count(j.id) FILTER (WHERE j.status = 'succeeded') AS succeeded,
+         count(j.id) FILTER (WHERE j.status = 'dead') AS dead,
+         count(j.id) FILTER (WHERE j.status = 'cancelled') AS cancelled,
+         count(j.id) FILTER (WHERE j.status IN ('pending', 'running')) AS live
+  FROM {schema}.batches AS b
+  LEFT JOIN {schema}.jobs AS j ON j.batch_id = b.id
+  WHERE b.id = ANY(p_ids::bigint[]) AND b.state = 'sealed'
+  GROUP BY b.id
+), due AS (
+  SELECT * FROM b WHERE live = 0
+), calls AS (
+  SELECT due.id AS batch_id, k.kind, k.spec, due.total, due.succeeded, due.dead,
+         due.cancelled,
+         nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass) AS job_id
+  FROM due,
+       LATERAL (VALUES ('success', due.on_success), ('failure', due.on_failure),
+                       ('finish', due.on_finish)) AS k(kind, spec)
+  WHERE k.spec IS NOT NULL
+    AND (k.kind = 'finish' OR (k.kind = 'success') = (due.dead + due.cancelled = 0))
+), cb AS (
+  INSERT INTO {schema}.batch_callbacks (batch_id, kind, job_id)
+  SELECT batch_id, kind, job_id FROM calls
+  ON CONFLICT DO NOTHING
+  RETURNING batch_id, kind, job_id
+), ins AS (
+  INSERT INTO {schema}.jobs
+    (id, queue_name, task, payload, priority, base_priority, max_attempts)
+  OVERRIDING SYSTEM VALUE
+  SELECT cb.job_id, c.spec->>'queue', c.spec->>'task',
+         jsonb_build_object('batch_id', c.batch_id, 'kind', c.kind, 'total', c.total,
+                            'succeeded', c.succeeded, 'dead', c.dead,
+                            'cancelled', c.cancelled, 'payload', c.spec->'payload'),
+         (c.spec->>'priority')::int, (c.spec->>'priority')::int,
+         (c.spec->>'max_attempts')::int
+  FROM cb JOIN calls AS c ON c.batch_id = cb.batch_id AND c.kind = cb.kind
+  RETURNING id, queue_name
+), done AS (
+  UPDATE {schema}.batches AS x
+  SET state = 'done', finished_at = now()
+  FROM due
+  WHERE x.id = due.id
+)
+SELECT id, pg_notify(p_channel, queue_name)::text FROM ins
+-- end: fire_batches
+      LOOP
+        NULL;
+      END LOOP;
+    END IF;
+    p_ids := v_ids;
+    v_locked := '{}';
+    FOR v_row IN
+-- statement: lock_dependents
+SELECT j.id
+FROM {schema}.jobs AS j
+WHERE j.id IN (SELECT d.job_id FROM {schema}.job_deps AS d
+               WHERE d.depends_on = ANY(p_ids::bigint[]))
+  AND j.waiting
+ORDER BY j.id
+FOR UPDATE
+-- end: lock_dependents
+    LOOP
+      v_locked := v_locked || v_row.id;
+    END LOOP;
+    IF cardinality(v_locked) = 0 THEN
+      RETURN;
+    END IF;
+    p_ids := v_locked;
+    p_ended := v_ids;
+    v_next := '{}';
+    FOR v_row IN
+-- statement: promote_dependents
+WITH c AS MATERIALIZED (
+  SELECT j.id,
+         NOT EXISTS (
+           SELECT 1 FROM (
+             SELECT d.depends_on FROM {schema}.job_deps AS d
+             WHERE d.job_id = j.id
+             ORDER BY d.job_id DESC, d.depends_on DESC
+           ) AS d
+           JOIN {schema}.jobs AS p ON p.id = d.depends_on
+           WHERE p.status IN ('pending', 'running')
+         ) AS ready,
+         CASE WHEN p_ended::bigint[] IS NULL THEN
+           (SELECT d.depends_on || ' ended ' || p.status
+              FROM {schema}.job_deps AS d
+              JOIN {schema}.jobs AS p ON p.id = d.depends_on
+             WHERE d.job_id = j.id AND d.on_dead = 'cancel'
+               AND p.status IN ('dead', 'cancelled')
+             ORDER BY d.depends_on
+             LIMIT 1)
+         ELSE
+           (SELECT d.depends_on || ' ended ' || p.status
+              FROM {schema}.job_deps AS d
+              JOIN {schema}.jobs AS p ON p.id = d.depends_on
+             WHERE d.job_id = j.id AND d.depends_on = ANY(p_ended::bigint[])
+               AND d.on_dead = 'cancel' AND p.status IN ('dead', 'cancelled')
+             ORDER BY d.depends_on
+             LIMIT 1)
+         END AS culprit
+  FROM {schema}.jobs AS j
+  WHERE j.id = ANY(p_ids::bigint[]) AND j.waiting AND j.status = 'pending'
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET waiting = false,
+      status = CASE WHEN c.culprit IS NULL THEN 'pending' ELSE 'cancelled' END
+               ::{schema}.job_status,
+      finished_at = CASE WHEN c.culprit IS NULL THEN NULL ELSE now() END,
+      last_error_code = CASE WHEN c.culprit IS NULL THEN j.last_error_code
+                             ELSE 'DEPENDENCY_FAILED' END,
+      last_error_class = CASE WHEN c.culprit IS NULL THEN j.last_error_class
+                              ELSE 'permanent' END,
+      last_error_detail = CASE WHEN c.culprit IS NULL THEN j.last_error_detail
+                               ELSE 'dependency ' || c.culprit END
+  FROM c
+  WHERE j.id = c.id AND (c.ready OR c.culprit IS NOT NULL)
+  RETURNING j.id, j.status, j.queue_name, j.available_at, j.lease_token, j.attempt_count,
+            c.culprit
+), ev AS (
+  INSERT INTO {schema}.job_events
+    (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
+     error_class, detail)
+  SELECT id, CASE WHEN culprit IS NULL THEN 'promoted' ELSE 'dependency_failed' END,
+         'pending', status, NULL, lease_token, attempt_count,
+         CASE WHEN culprit IS NOT NULL THEN 'DEPENDENCY_FAILED' END,
+         CASE WHEN culprit IS NOT NULL THEN 'permanent' END,
+         CASE WHEN culprit IS NULL THEN 'all dependencies ended'
+              ELSE 'dependency ' || culprit || ' (on_dead cancel)' END
+  FROM upd
+)
+SELECT id, status::text,
+       CASE WHEN status = 'pending' AND available_at <= now()
+         THEN pg_notify(p_channel, queue_name)::text END
+FROM upd
+-- end: promote_dependents
+    LOOP
+      IF v_row.status = 'cancelled' THEN
+        v_next := v_next || v_row.id;
+      END IF;
+    END LOOP;
+    v_ids := ARRAY(SELECT DISTINCT unnest(v_next) ORDER BY 1);
+  END LOOP;
+END
+$fn$;
+
+-- One checked job inserted as leaseq.ops.enqueue_async inserts it: a unique key taken in
+-- the insert's statement (or the conflict resolved as on_conflict says), an ordering key
+-- under its lock, dependencies locked and stored (and decided when one ended already), a
+-- batch joined while it is open.
+CREATE FUNCTION {schema}._api_insert(a_job jsonb)
+RETURNS bigint LANGUAGE plpgsql
+AS $fn$
+DECLARE
+  p_task text := a_job->>'task';
+  p_payload jsonb := a_job->'payload';
+  p_queue text := a_job->>'queue';
+  p_priority integer := (a_job->>'priority')::integer;
+  p_run_at timestamptz := (a_job->>'run_at')::timestamptz;
+  p_delay float8 := (a_job->>'delay')::float8;
+  p_max_attempts integer := (a_job->>'max_attempts')::integer;
+  p_payload_version integer := (a_job->>'payload_version')::integer;
+  p_idempotency_key text := a_job->>'idempotency_key';
+  p_ordering_key text := a_job->>'ordering_key';
+  p_key_policy text := a_job->>'key_policy';
+  p_limit_key text := a_job->>'limit_key';
+  p_unique_key text := a_job->>'unique_key';
+  p_unique_for float8 := (a_job->>'unique_for')::float8;
+  p_unique_states text[] := ARRAY(SELECT jsonb_array_elements_text(
+    CASE WHEN jsonb_typeof(a_job->'unique_states') = 'array' THEN a_job->'unique_states' END));
+  p_debounce float8 := (a_job->>'debounce')::float8;
+  p_debounce_max float8 := (a_job->>'debounce_max')::float8;
+  p_reschedule boolean := (a_job->>'reschedule')::boolean;
+  p_expires timestamptz := (a_job->>'expires')::timestamptz;
+  p_expires_in float8 := (a_job->>'expires_in')::float8;
+  p_channel text := {schema}._api_channel();
+  p_keys text[];
+  p_ids bigint[];
+  p_job_ids bigint[];
+  p_depends_on bigint[];
+  p_on_dead text[];
+  p_ended bigint[];
+  p_holder bigint;
+  p_id bigint;
+  p_batch_id bigint;
+  v_on_conflict text := a_job->>'on_conflict';
+  v_id bigint;
+  v_note text;
+  v_holder bigint;
+  v_held_until timestamptz;
+  v_status text;
+  v_expired boolean;
+  v_state text;
+  v_outcome text;
+  v_found bigint[];
+  v_ended bigint[];
+  v_unknown text;
+  v_cancelled bigint[];
+  v_row record;
+BEGIN
+  IF p_ordering_key IS NOT NULL THEN
+    p_keys := ARRAY[p_ordering_key];
+    FOR v_row IN
+-- statement: lock_keys
+SELECT pg_advisory_xact_lock(hashtextextended('{schema}.key.' || k, 0))
+FROM unnest(p_keys::text[]) AS k
+ORDER BY k
+-- end: lock_keys
+    LOOP
+      NULL;
+    END LOOP;
+  END IF;
+  IF p_unique_key IS NOT NULL THEN
+    -- leaseq.ops.enqueue_async._enqueue_unique (each statement reads a new snapshot).
+    FOR v_try IN 1..20 LOOP
+-- statement: insert_unique_job
+WITH lock AS (
+  INSERT INTO {schema}.unique_keys AS k (unique_key, job_id, held_until)
+  VALUES (p_unique_key,
+          nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass), NULL)
+  ON CONFLICT (unique_key) DO NOTHING
+  RETURNING k.job_id
+), ins AS (
+  INSERT INTO {schema}.jobs
+    (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
+     payload_version, idempotency_key, ordering_key, key_policy, blocked, unique_key,
+     unique_for, unique_states, debounce_until, limit_key, expires_at)
+  OVERRIDING SYSTEM VALUE
+  SELECT lock.job_id, p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
+         coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
+         p_max_attempts, p_payload_version, p_idempotency_key, p_ordering_key,
+         p_key_policy,
+         -- As in insert_keyed_job (the caller holds the ordering key's lock).
+         p_ordering_key::text IS NOT NULL AND EXISTS (
+           SELECT 1 FROM {schema}.jobs AS b
+           WHERE b.ordering_key = p_ordering_key AND ((b.status IN ('pending', 'running') AND NOT b.blocked)
+ OR (b.status = 'dead' AND b.key_policy = 'block' AND NOT b.key_skipped))
+         ),
+         p_unique_key, p_unique_for::float8, p_unique_states::text[],
+         now() + make_interval(secs => p_debounce_max::float8), p_limit_key,
+         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8))
+  FROM lock
+  RETURNING id, queue_name, available_at, blocked
+)
+SELECT id, CASE WHEN available_at <= now() AND NOT blocked
+  THEN pg_notify(p_channel, queue_name)::text END
+FROM ins
+-- end: insert_unique_job
+      INTO v_id, v_note;
+      EXIT WHEN FOUND;
+-- statement: unique_holder
+SELECT k.job_id, k.held_until, j.status::text, k.held_until <= now()
+FROM {schema}.unique_keys AS k
+LEFT JOIN {schema}.jobs AS j ON j.id = k.job_id
+WHERE k.unique_key = p_unique_key
+-- end: unique_holder
+      INTO v_holder, v_held_until, v_status, v_expired;
+      CONTINUE WHEN NOT FOUND;
+      IF v_expired THEN
+-- statement: take_unique_window
+WITH lock AS (
+  UPDATE {schema}.unique_keys AS k
+  SET job_id = nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass),
+      held_until = NULL
+  WHERE k.unique_key = p_unique_key AND k.held_until <= now()
+  RETURNING k.job_id
+), ins AS (
+  INSERT INTO {schema}.jobs
+    (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
+     payload_version, idempotency_key, ordering_key, key_policy, blocked, unique_key,
+     unique_for, unique_states, debounce_until, limit_key, expires_at)
+  OVERRIDING SYSTEM VALUE
+  SELECT lock.job_id, p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
+         coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
+         p_max_attempts, p_payload_version, p_idempotency_key, p_ordering_key,
+         p_key_policy,
+         -- As in insert_keyed_job (the caller holds the ordering key's lock).
+         p_ordering_key::text IS NOT NULL AND EXISTS (
+           SELECT 1 FROM {schema}.jobs AS b
+           WHERE b.ordering_key = p_ordering_key AND ((b.status IN ('pending', 'running') AND NOT b.blocked)
+ OR (b.status = 'dead' AND b.key_policy = 'block' AND NOT b.key_skipped))
+         ),
+         p_unique_key, p_unique_for::float8, p_unique_states::text[],
+         now() + make_interval(secs => p_debounce_max::float8), p_limit_key,
+         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8))
+  FROM lock
+  RETURNING id, queue_name, available_at, blocked
+)
+SELECT id, CASE WHEN available_at <= now() AND NOT blocked
+  THEN pg_notify(p_channel, queue_name)::text END
+FROM ins
+-- end: take_unique_window
+        INTO v_id, v_note;
+        EXIT WHEN FOUND;
+        CONTINUE;
+      END IF;
+      -- leaseq.rules.unique.holder_state and resolve_conflict
+      v_state := coalesce(v_status, CASE WHEN v_held_until IS NOT NULL THEN 'finished'
+                                         ELSE 'pending' END);
+      v_outcome := CASE WHEN v_on_conflict = 'raise' THEN 'raise'
+                        WHEN v_on_conflict = 'skip' OR v_held_until IS NOT NULL THEN 'skip'
+                        WHEN v_state = 'pending' THEN 'replace'
+                        ELSE 'follow_up' END;
+      IF v_outcome = 'raise' THEN
+        PERFORM {schema}._api_refuse('LQ003', format('unique key %s is held by job %s (%s)',
+                                                    '''' || p_unique_key || '''', v_holder,
+                                                    v_state));
+      END IF;
+      IF v_outcome = 'skip' THEN
+        RETURN v_holder;
+      END IF;
+      p_holder := v_holder;
+      IF v_outcome = 'replace' THEN
+-- statement: unique_replace
+WITH upd AS (
+  UPDATE {schema}.jobs AS j
+  SET payload = p_payload::jsonb,
+      priority = p_priority,
+      base_priority = p_priority,
+      available_at = CASE
+        WHEN p_debounce::float8 IS NOT NULL
+          THEN least(now() + make_interval(secs => p_debounce::float8),
+                     coalesce(j.debounce_until, 'infinity'))
+        WHEN p_reschedule
+          THEN coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay))
+        ELSE j.available_at
+      END
+  WHERE j.id = p_holder AND j.status = 'pending' AND j.unique_key = p_unique_key
+  RETURNING j.id, j.queue_name, j.available_at, j.blocked, j.lease_token, j.attempt_count
+), ev AS (
+  INSERT INTO {schema}.job_events
+    (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
+  SELECT id, 'unique_replaced', 'pending', 'pending', NULL, lease_token, attempt_count,
+         'payload replaced by an enqueue of unique key ' || left(p_unique_key, 200)
+  FROM upd
+)
+SELECT id, CASE WHEN available_at <= now() AND NOT blocked
+  THEN pg_notify(p_channel, queue_name)::text END
+FROM upd
+-- end: unique_replace
+        INTO v_id, v_note;
+        EXIT WHEN FOUND;
+        CONTINUE;
+      END IF;
+-- statement: insert_follow_up
+WITH lock AS (
+  UPDATE {schema}.unique_keys AS k
+  SET job_id = nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass)
+  WHERE k.unique_key = p_unique_key AND k.job_id = p_holder AND k.held_until IS NULL
+  RETURNING k.job_id
+), ins AS (
+  INSERT INTO {schema}.jobs
+    (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
+     payload_version, idempotency_key, ordering_key, key_policy, blocked, unique_key,
+     unique_for, unique_states, debounce_until, limit_key, expires_at)
+  OVERRIDING SYSTEM VALUE
+  SELECT lock.job_id, p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
+         coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
+         p_max_attempts, p_payload_version, p_idempotency_key, p_ordering_key,
+         p_key_policy,
+         -- As in insert_keyed_job (the caller holds the ordering key's lock).
+         p_ordering_key::text IS NOT NULL AND EXISTS (
+           SELECT 1 FROM {schema}.jobs AS b
+           WHERE b.ordering_key = p_ordering_key AND ((b.status IN ('pending', 'running') AND NOT b.blocked)
+ OR (b.status = 'dead' AND b.key_policy = 'block' AND NOT b.key_skipped))
+         ),
+         p_unique_key, p_unique_for::float8, p_unique_states::text[],
+         now() + make_interval(secs => p_debounce_max::float8), p_limit_key,
+         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8))
+  FROM lock
+  RETURNING id, queue_name, available_at, blocked
+), ev AS (
+  INSERT INTO {schema}.job_events
+    (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
+  SELECT h.id, 'superseded', h.status, h.status, NULL, h.lease_token, h.attempt_count,
+         'unique key ' || left(h.unique_key, 200) || ' moved to follow-up job ' || ins.id
+  FROM ins JOIN {schema}.jobs AS h ON h.id = p_holder
+)
+SELECT id, CASE WHEN available_at <= now() AND NOT blocked
+  THEN pg_notify(p_channel, queue_name)::text END
+FROM ins
+-- end: insert_follow_up
+      INTO v_id, v_note;
+      EXIT WHEN FOUND;
+    END LOOP;
+    IF v_id IS NULL THEN
+      PERFORM {schema}._api_refuse('LQ000', format(
+        'unique key %s changed hands 20 times during one enqueue; try again',
+        '''' || p_unique_key || ''''));
+    END IF;
+    RETURN v_id;
+  END IF;
+  IF p_ordering_key IS NULL THEN
+-- statement: insert_job
+INSERT INTO {schema}.jobs
+  (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
+   payload_version, idempotency_key, key_policy, limit_key, expires_at)
+VALUES (
+  p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
+  coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
+  p_max_attempts, p_payload_version, p_idempotency_key, p_key_policy, p_limit_key,
+  coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8))
+)
+RETURNING id, CASE WHEN available_at <= now() AND NOT blocked
+  THEN pg_notify(p_channel, queue_name)::text END
+-- end: insert_job
+    INTO v_id, v_note;
+  ELSE
+-- statement: insert_keyed_job
+WITH ins AS (
+  INSERT INTO {schema}.jobs
+    (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
+     payload_version, idempotency_key, ordering_key, key_policy, blocked, limit_key,
+     expires_at)
+  VALUES (
+    p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
+    coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
+    p_max_attempts, p_payload_version, p_idempotency_key, p_ordering_key,
+    p_key_policy,
+    -- Behind any live (or blocking dead) job of its key: wait. The caller holds the key's
+    -- advisory lock (lock_keys), so this answer cannot go stale before the commit.
+    EXISTS (
+      SELECT 1 FROM {schema}.jobs AS b
+      WHERE b.ordering_key = p_ordering_key AND ((b.status IN ('pending', 'running') AND NOT b.blocked)
+ OR (b.status = 'dead' AND b.key_policy = 'block' AND NOT b.key_skipped))
+    ),
+    p_limit_key, coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8))
+  )
+  RETURNING id, queue_name, available_at, blocked
+)
+SELECT id, CASE WHEN available_at <= now() AND NOT blocked
+  THEN pg_notify(p_channel, queue_name)::text END
+FROM ins
+-- end: insert_keyed_job
+    INTO v_id, v_note;
+  END IF;
+
+  IF a_job ? 'depends_on' THEN
+    -- leaseq.ops.deps_async._store_deps
+    p_ids := ARRAY(SELECT jsonb_array_elements_text(a_job->'depends_on')::bigint ORDER BY 1);
+    v_found := '{}';
+    v_ended := '{}';
+    FOR v_row IN
+-- statement: lock_dependency_parents
+WITH locked AS (
+  SELECT id, has_dependents, status
+  FROM {schema}.jobs
+  WHERE id = ANY(p_ids::bigint[])
+  ORDER BY id
+  FOR UPDATE
+), flag AS (
+  UPDATE {schema}.jobs AS j
+  SET has_dependents = true
+  FROM locked AS l
+  WHERE j.id = l.id AND NOT l.has_dependents
+)
+SELECT id, status::text FROM locked
+-- end: lock_dependency_parents
+    LOOP
+      v_found := v_found || v_row.id;
+      IF v_row.status IN ('succeeded', 'dead', 'cancelled') THEN
+        v_ended := v_ended || v_row.id;
+      END IF;
+    END LOOP;
+    SELECT string_agg(i::text, ', ' ORDER BY i) INTO v_unknown
+    FROM (SELECT i FROM unnest(p_ids) AS i WHERE i <> ALL(v_found) ORDER BY i LIMIT 10) AS u;
+    IF v_unknown IS NOT NULL THEN
+      PERFORM {schema}._api_refuse('LQ001',
+        'depends_on names job(s) that do not exist: ' || v_unknown);
+    END IF;
+    p_job_ids := array_fill(v_id, ARRAY[cardinality(p_ids)]);
+    p_depends_on := p_ids;
+    p_on_dead := array_fill(a_job->>'on_dead', ARRAY[cardinality(p_ids)]);
+    p_ids := ARRAY[v_id];
+-- statement: insert_deps
+WITH edges AS (
+  INSERT INTO {schema}.job_deps (job_id, depends_on, on_dead)
+  SELECT * FROM unnest(p_job_ids::bigint[], p_depends_on::bigint[], p_on_dead::text[])
+  ON CONFLICT DO NOTHING
+)
+UPDATE {schema}.jobs SET waiting = true WHERE id = ANY(p_ids::bigint[])
+-- end: insert_deps
+    ;
+    IF cardinality(v_ended) > 0 THEN
+      p_ended := NULL;
+      v_cancelled := '{}';
+      FOR v_row IN
+-- statement: promote_dependents
+WITH c AS MATERIALIZED (
+  SELECT j.id,
+         NOT EXISTS (
+           SELECT 1 FROM (
+             SELECT d.depends_on FROM {schema}.job_deps AS d
+             WHERE d.job_id = j.id
+             ORDER BY d.job_id DESC, d.depends_on DESC
+           ) AS d
+           JOIN {schema}.jobs AS p ON p.id = d.depends_on
+           WHERE p.status IN ('pending', 'running')
+         ) AS ready,
+         CASE WHEN p_ended::bigint[] IS NULL THEN
+           (SELECT d.depends_on || ' ended ' || p.status
+              FROM {schema}.job_deps AS d
+              JOIN {schema}.jobs AS p ON p.id = d.depends_on
+             WHERE d.job_id = j.id AND d.on_dead = 'cancel'
+               AND p.status IN ('dead', 'cancelled')
+             ORDER BY d.depends_on
+             LIMIT 1)
+         ELSE
+           (SELECT d.depends_on || ' ended ' || p.status
+              FROM {schema}.job_deps AS d
+              JOIN {schema}.jobs AS p ON p.id = d.depends_on
+             WHERE d.job_id = j.id AND d.depends_on = ANY(p_ended::bigint[])
+               AND d.on_dead = 'cancel' AND p.status IN ('dead', 'cancelled')
+             ORDER BY d.depends_on
+             LIMIT 1)
+         END AS culprit
+  FROM {schema}.jobs AS j
+  WHERE j.id = ANY(p_ids::bigint[]) AND j.waiting AND j.status = 'pending'
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET waiting = false,
+      status = CASE WHEN c.culprit IS NULL THEN 'pending' ELSE 'cancelled' END
+               ::{schema}.job_status,
+      finished_at = CASE WHEN c.culprit IS NULL THEN NULL ELSE now() END,
+      last_error_code = CASE WHEN c.culprit IS NULL THEN j.last_error_code
+                             ELSE 'DEPENDENCY_FAILED' END,
+      last_error_class = CASE WHEN c.culprit IS NULL THEN j.last_error_class
+                              ELSE 'permanent' END,
+      last_error_detail = CASE WHEN c.culprit IS NULL THEN j.last_error_detail
+                               ELSE 'dependency ' || c.culprit END
+  FROM c
+  WHERE j.id = c.id AND (c.ready OR c.culprit IS NOT NULL)
+  RETURNING j.id, j.status, j.queue_name, j.available_at, j.lease_token, j.attempt_count,
+            c.culprit
+), ev AS (
+  INSERT INTO {schema}.job_events
+    (job_id, event, from_status, to_status, actor, lease_token, attempt, error_code,
+     error_class, detail)
+  SELECT id, CASE WHEN culprit IS NULL THEN 'promoted' ELSE 'dependency_failed' END,
+         'pending', status, NULL, lease_token, attempt_count,
+         CASE WHEN culprit IS NOT NULL THEN 'DEPENDENCY_FAILED' END,
+         CASE WHEN culprit IS NOT NULL THEN 'permanent' END,
+         CASE WHEN culprit IS NULL THEN 'all dependencies ended'
+              ELSE 'dependency ' || culprit || ' (on_dead cancel)' END
+  FROM upd
+)
+SELECT id, status::text,
+       CASE WHEN status = 'pending' AND available_at <= now()
+         THEN pg_notify(p_channel, queue_name)::text END
+FROM upd
+-- end: promote_dependents
+      LOOP
+        IF v_row.status = 'cancelled' THEN
+          v_cancelled := v_cancelled || v_row.id;
+        END IF;
+      END LOOP;
+      PERFORM {schema}._api_promote(v_cancelled);
+    END IF;
+  END IF;
+
+  IF a_job->>'batch_id' IS NOT NULL THEN
+    -- leaseq.ops.deps_async._join_batches
+    p_id := (a_job->>'batch_id')::bigint;
+    p_batch_id := p_id;
+-- statement: lock_open_batch
+SELECT state FROM {schema}.batches WHERE id = p_id FOR UPDATE
+-- end: lock_open_batch
+    INTO v_status;
+    IF NOT FOUND THEN
+      PERFORM {schema}._api_refuse('LQ001', format('no batch %s', p_id));
+    END IF;
+    IF v_status <> 'open' THEN
+      PERFORM {schema}._api_refuse('LQ001', format('batch %s is %s: no job can join it',
+                                                  p_id, v_status));
+    END IF;
+    p_ids := ARRAY[v_id];
+-- statement: join_batch
+UPDATE {schema}.jobs
+SET batch_id = p_batch_id, has_dependents = true
+WHERE id = ANY(p_ids::bigint[])
+-- end: join_batch
+    ;
+  END IF;
+  RETURN v_id;
+END
+$fn$;
+
+-- The SQL API, public and stable from here on.
+
+-- Store one job; returns its id (the holder's, when its unique key is held and
+-- on_conflict is skip). NULL for an option means its default.
+CREATE FUNCTION {schema}.enqueue(
+  task text,
+  payload jsonb DEFAULT 'null',
+  queue text DEFAULT NULL,
+  priority integer DEFAULT NULL,
+  run_at timestamptz DEFAULT NULL,
+  delay float8 DEFAULT NULL,
+  max_attempts integer DEFAULT NULL,
+  payload_version integer DEFAULT NULL,
+  idempotency_key text DEFAULT NULL,
+  ordering_key text DEFAULT NULL,
+  key_policy text DEFAULT NULL,
+  unique_key text DEFAULT NULL,
+  unique_for float8 DEFAULT NULL,
+  unique_states text[] DEFAULT NULL,
+  on_conflict text DEFAULT NULL,
+  debounce float8 DEFAULT NULL,
+  debounce_max float8 DEFAULT NULL,
+  limit_key text DEFAULT NULL,
+  depends_on bigint[] DEFAULT NULL,
+  on_dead text DEFAULT NULL,
+  expires jsonb DEFAULT NULL,
+  batch_id bigint DEFAULT NULL)
+RETURNS bigint LANGUAGE sql
+AS $fn$
+SELECT {schema}._api_insert({schema}._api_check(
+  (SELECT coalesce(jsonb_object_agg(o.key, o.value), '{}'::jsonb)
+   FROM jsonb_each(jsonb_build_object(
+     'task', task, 'queue', queue, 'priority', priority, 'run_at', run_at, 'delay', delay,
+     'max_attempts', max_attempts, 'payload_version', payload_version,
+     'idempotency_key', idempotency_key, 'ordering_key', ordering_key,
+     'key_policy', key_policy, 'unique_key', unique_key, 'unique_for', unique_for,
+     'unique_states', unique_states, 'on_conflict', on_conflict, 'debounce', debounce,
+     'debounce_max', debounce_max, 'limit_key', limit_key, 'depends_on', depends_on,
+     'on_dead', on_dead, 'expires', expires, 'batch_id', batch_id)) AS o
+   WHERE jsonb_typeof(o.value) <> 'null')
+  || jsonb_build_object('task', task, 'payload', coalesce(payload, 'null'::jsonb))))
+$fn$;
+
+-- Store many jobs: a JSON array of objects with enqueue's option names (JSON null is
+-- Python's None). All are checked before any is stored; returns their ids in input order.
+CREATE FUNCTION {schema}._api_enqueue_many(a_jobs jsonb)
+RETURNS bigint[] LANGUAGE plpgsql
+AS $fn$
+DECLARE
+  v_checked jsonb[];
+  v_job jsonb;
+  v_ids bigint[] := '{}';
+BEGIN
+  IF jsonb_typeof(a_jobs) IS DISTINCT FROM 'array' THEN
+    PERFORM {schema}._api_refuse('LQ001', format('jobs must be a JSON array of job objects, got %s',
+                                                coalesce(jsonb_typeof(a_jobs), 'NULL')));
+  END IF;
+  v_checked := ARRAY(SELECT {schema}._api_check(e)
+                     FROM jsonb_array_elements(a_jobs) WITH ORDINALITY AS t(e, o) ORDER BY o);
+  FOREACH v_job IN ARRAY v_checked LOOP
+    v_ids := v_ids || {schema}._api_insert(v_job);
+  END LOOP;
+  RETURN v_ids;
+END
+$fn$;
+
+CREATE FUNCTION {schema}.enqueue_many(jobs jsonb)
+RETURNS bigint[] LANGUAGE sql
+AS $fn$
+SELECT {schema}._api_enqueue_many(jobs)
+$fn$;
+
+-- A job's status (pending, running, succeeded, dead, cancelled), NULL when there is none.
+CREATE FUNCTION {schema}.job_state(job_id bigint)
+RETURNS text LANGUAGE sql STABLE
+AS $fn$
+SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = job_id
+$fn$;
+
+-- A job's outcome as Client.result reads it: its status, whether a result is stored (and
+-- not expired), the value, its last failure. No row when the job and its result are gone.
+CREATE FUNCTION {schema}.job_result(p_id bigint)
+RETURNS TABLE (status text, has_value boolean, value jsonb, error_code text,
+               error_class text, error_detail text, stored_at timestamptz)
+LANGUAGE sql STABLE
+AS $fn$
+-- statement: job_result
+SELECT coalesce(j.status::text, CASE WHEN r.job_id IS NOT NULL THEN 'succeeded' END),
+       r.job_id IS NOT NULL, r.value, j.last_error_code, j.last_error_class,
+       j.last_error_detail, r.stored_at
+FROM (SELECT p_id::bigint AS id) AS k
+LEFT JOIN {schema}.jobs AS j ON j.id = k.id
+LEFT JOIN {schema}.job_results AS r ON r.job_id = k.id AND r.expires_at > now()
+WHERE j.id IS NOT NULL OR r.job_id IS NOT NULL
+-- end: job_result
+$fn$;
+
+-- Client.cancel: a pending job ends cancelled now (its dependents decided, its ordering
+-- key's next job promoted), a running one is asked to stop. False when the job does not
+-- exist or already finished.
+CREATE FUNCTION {schema}._api_cancel(a_id bigint, a_actor text, a_reason text)
+RETURNS boolean LANGUAGE plpgsql
+AS $fn$
+DECLARE
+  p_id bigint := a_id;
+  p_actor text := a_actor;
+  p_reason text := left(a_reason, 4000);
+  p_keys text[];
+  p_channel text := {schema}._api_channel();
+  v_key text;
+  v_any boolean := false;
+  v_cancelled bigint[] := '{}';
+  v_row record;
+BEGIN
+-- statement: job_key
+SELECT ordering_key FROM {schema}.jobs WHERE id = p_id
+-- end: job_key
+  INTO v_key;
+  IF v_key IS NOT NULL THEN
+    p_keys := ARRAY[v_key];
+    FOR v_row IN
+-- statement: lock_keys
+SELECT pg_advisory_xact_lock(hashtextextended('{schema}.key.' || k, 0))
+FROM unnest(p_keys::text[]) AS k
+ORDER BY k
+-- end: lock_keys
+    LOOP
+      NULL;
+    END LOOP;
+  END IF;
+  FOR v_row IN
+-- statement: cancel_job
+WITH upd AS (
+  UPDATE {schema}.jobs
+  SET status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
+      finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,
+      waiting = false,
+      cancel_requested_at = CASE
+        WHEN status = 'running' THEN coalesce(cancel_requested_at, now())
+        ELSE cancel_requested_at
+      END
+  WHERE id = p_id AND status IN ('pending', 'running')
+  RETURNING id, status, lease_token, attempt_count, unique_key, unique_for, unique_states
+), fin AS (
+  -- A pending job cancelled here lets its unique key go (or keeps it as a window).
+  SELECT * FROM upd WHERE status = 'cancelled' AND unique_key IS NOT NULL
+), key_windows AS (
+  UPDATE {schema}.unique_keys AS k
+  SET held_until = now() + make_interval(secs => f.unique_for)
+  FROM fin AS f
+  WHERE k.unique_key = f.unique_key AND k.job_id = f.id AND k.held_until IS NULL
+    AND f.unique_for IS NOT NULL AND f.status::text = ANY(f.unique_states)
+  RETURNING k.job_id
+), key_freed AS (
+  DELETE FROM {schema}.unique_keys AS k
+  USING fin AS f
+  WHERE k.unique_key = f.unique_key AND k.job_id = f.id AND k.held_until IS NULL
+    AND NOT coalesce(f.unique_for IS NOT NULL AND f.status::text = ANY(f.unique_states), false)
+  RETURNING k.job_id
+)
+INSERT INTO {schema}.job_events
+  (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
+SELECT id,
+       CASE status WHEN 'cancelled' THEN 'cancelled' ELSE 'cancel_requested' END,
+       CASE status WHEN 'cancelled' THEN 'pending' ELSE 'running' END::{schema}.job_status,
+       status, p_actor, lease_token, attempt_count, p_reason
+FROM upd
+RETURNING job_id, to_status::text
+-- end: cancel_job
+  LOOP
+    v_any := true;
+    IF v_row.to_status = 'cancelled' THEN
+      v_cancelled := v_cancelled || v_row.job_id;
+    END IF;
+  END LOOP;
+  IF v_key IS NOT NULL THEN
+    FOR v_row IN
+-- statement: promote_keys
+WITH k AS (
+  SELECT DISTINCT key FROM unnest(p_keys::text[]) AS u(key)
+), first AS (
+  SELECT k.key,
+         (SELECT w.id FROM {schema}.jobs AS w
+           WHERE w.ordering_key = k.key AND w.status = 'pending'
+           ORDER BY w.id LIMIT 1) AS first_pending
+  FROM k
+), target AS (
+  SELECT f.key,
+         CASE WHEN EXISTS (
+                SELECT 1 FROM {schema}.jobs AS r
+                WHERE r.ordering_key = f.key AND r.status = 'running'
+              )
+              OR EXISTS (
+                SELECT 1 FROM {schema}.jobs AS d
+                WHERE d.ordering_key = f.key AND d.id < f.first_pending
+                  AND d.status = 'dead' AND d.key_policy = 'block' AND NOT d.key_skipped
+              )
+           THEN NULL
+           ELSE f.first_pending
+         END AS head
+  FROM first AS f
+), unblocked AS (
+  UPDATE {schema}.jobs AS j
+  SET blocked = false
+  FROM target AS t
+  WHERE j.id = t.head AND j.blocked
+  RETURNING j.id, j.queue_name, j.available_at
+), reblocked AS (
+  UPDATE {schema}.jobs AS j
+  SET blocked = true
+  FROM target AS t
+  WHERE j.ordering_key = t.key AND j.status = 'pending' AND NOT j.blocked
+    AND j.id IS DISTINCT FROM t.head
+  RETURNING j.id
+)
+SELECT id, CASE WHEN available_at <= now() THEN pg_notify(p_channel, queue_name)::text END
+FROM unblocked
+UNION ALL
+SELECT id, NULL FROM reblocked
+-- end: promote_keys
+    LOOP
+      NULL;
+    END LOOP;
+  END IF;
+  PERFORM {schema}._api_promote(v_cancelled);
+  RETURN v_any;
+END
+$fn$;
+
+CREATE FUNCTION {schema}.cancel(job_id bigint, actor text DEFAULT NULL, reason text DEFAULT NULL)
+RETURNS boolean LANGUAGE sql
+AS $fn$
+SELECT {schema}._api_cancel(job_id, actor, reason)
+$fn$;
