@@ -1761,6 +1761,8 @@ WITH lock AS (
   UPDATE {schema}.unique_keys AS k
   SET job_id = nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id'))::regclass)
   WHERE k.unique_key = p_unique_key AND k.job_id = p_holder AND k.held_until IS NULL
+    AND EXISTS (SELECT 1 FROM {schema}.jobs AS h
+                WHERE h.id = p_holder AND h.status = 'running')
   RETURNING k.job_id
 ), ins AS (
   INSERT INTO {schema}.jobs
