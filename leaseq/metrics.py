@@ -139,6 +139,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "passed (cancelled, EXPIRED).",
     ),
     MetricSpec(
+        "leaseq_handler_stops_total",
+        "counter",
+        ("kind",),
+        "worker",
+        "Sync handlers the worker stopped: soft (an exception raised in the handler's "
+        "thread), hard (the thread did not end within stop_grace: the process exits).",
+    ),
+    MetricSpec(
         "leaseq_late_starts_total",
         "counter",
         (),
@@ -499,6 +507,7 @@ class WorkerMetrics:
         self.lease_expirations = make("leaseq_lease_expirations_total")
         self.jobs_expired = make("leaseq_jobs_expired_total")
         self.late_starts = make("leaseq_late_starts_total")
+        self.handler_stops = make("leaseq_handler_stops_total")
         self.claim_errors = make("leaseq_claim_errors_total")
         self.schedule_ticks = make("leaseq_schedule_ticks_total")
         self.payload_objects_deleted = make("leaseq_payload_objects_deleted_total")

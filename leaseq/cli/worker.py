@@ -241,7 +241,8 @@ def worker(
 
     Every option can also come from the environment: LEASEQ_WORKER_<OPTION>, e.g.
     LEASEQ_WORKER_CONCURRENCY=20. Exit codes: 0 clean stop, 3 running jobs had to be
-    abandoned at shutdown (they are retried), 1 error, 2 bad configuration.
+    abandoned at shutdown (they are retried), 4 hard stop of a sync handler that did not end
+    after its soft stop (--stop-grace), 1 error, 2 bad configuration.
 
     With --queue-dsn (or the app's App(queues=...)), queues on several databases are served
     by one worker per database in this process, each with these options (docs/scaling.md).

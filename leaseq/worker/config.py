@@ -90,6 +90,11 @@ class WorkerConfig:
       round trip. An idle worker polls with one.
     - ``poll_interval``: the worker checks the table at least this often, NOTIFY or not.
     - ``sweep_interval``: how often this worker recovers expired leases (any worker may).
+    - ``stop_grace``: a sync handler the worker stopped (``max_runtime``, ``NO_PROGRESS``,
+      a cancel, a lost lease, shutdown) gets an exception raised in its thread (the soft
+      stop); one still running this many seconds later ends the whole process (the hard
+      stop, exit code 4) for its supervisor to replace. None: never (its thread runs on,
+      its lease renewed until it ends).
     - ``op_timeout``: longest wait for one database statement before it counts as failed.
     - ``priority_aging``: every this many seconds a claimable job has waited, its priority
       rises by one (from its enqueue priority, capped at 32767); None: no aging.
@@ -127,6 +132,14 @@ class WorkerConfig:
     )
     shutdown_timeout: float = field(
         default=30.0, metadata=_cli("Seconds running jobs get to finish at shutdown.")
+    )
+    stop_grace: float | None = field(
+        default=10.0,
+        metadata=_cli(
+            "Seconds a stopped sync handler gets to end before the process exits "
+            "(hard stop), or 'never'.",
+            kind="duration_or_never",
+        ),
     )
     op_timeout: float = field(
         default=10.0, metadata=_cli("Longest wait for one database statement (seconds).")
@@ -202,6 +215,8 @@ class WorkerConfig:
         validate.check_positive_seconds("sweep_interval", self.sweep_interval, 3600)
         validate.check_positive_seconds("shutdown_timeout", self.shutdown_timeout, 86400)
         validate.check_positive_seconds("op_timeout", self.op_timeout, 3600)
+        if self.stop_grace is not None:
+            validate.check_positive_seconds("stop_grace", self.stop_grace, 86400)
         if self.retention is not None:
             validate.check_positive_seconds("retention", self.retention, 100 * 365 * 86400.0)
         validate.check_positive_seconds("prune_interval", self.prune_interval, 86400)

@@ -38,6 +38,7 @@ from leaseq.worker.config import WorkerConfig
 from leaseq.worker.context import JobContext, JobServices
 from leaseq.worker.inflight import InFlight, Running, abort_detail, job_fields, jobs_log
 from leaseq.worker.outage import TRANSIENT, Outage
+from leaseq.worker.stops import StopGate
 from leaseq.worker.threads import HandlerThreads, Outcome, Slots, SyncJob
 
 log = logging.getLogger("leaseq.worker")
@@ -93,6 +94,8 @@ class Executor:
         ctx = JobContext(lease, self.config.worker_id, services)
         running = Running(lease, ctx, task, deadline)
         ctx.watch_deadline(lambda: running.deadline)
+        if task is not None and not task.is_async:
+            running.gate = StopGate()
         self.inflight.add(running)
         if task is not None and not task.is_async and self.app.tracing is None:
             job = SyncJob(running, self._cancel_sync)
@@ -128,6 +131,15 @@ class Executor:
 
     def _sync_done(self, job: SyncJob, outcome: Outcome) -> None:
         """A thread handed back an attempt's outcome (on the loop, in a batch)."""
+        running = job.running
+        if running.stop_sent_at is not None:
+            log.info(
+                "job %d (token %d): its handler thread ended %.1fs after the soft stop",
+                running.lease.job_id,
+                running.lease.token,
+                time.monotonic() - running.stop_sent_at,
+            )
+            running.stop_sent_at = running.hard_stop_at = None
         waiter = job.waiter
         if waiter is not None:
             if not waiter.done():
@@ -137,19 +149,49 @@ class Executor:
 
     def _cancel_sync(self, job: SyncJob) -> bool:
         """``Running.task.cancel()`` for a sync job, as a task's cancel would behave: a job no
-        thread has taken is withdrawn (True); an aborted one is finished now, its handler
-        left to notice ``ctx.aborted`` and its late outcome dropped. False once a thread
-        took the job: shutdown must treat it as running, not release its lease."""
+        thread has taken is withdrawn (True); one a thread has taken gets the soft stop if
+        it was aborted, and its outcome (the abort's failure) is reported once the thread
+        hands it back. False once a thread took the job: shutdown must treat it as
+        running, not release its lease."""
         if job.finished:
             return False
-        withdrawn = self._threads.withdraw(job)
-        if job.running.ctx.aborted is not None:
-            self._finish_sync(job, job.running.lease)  # _submit reports the abort
-        elif withdrawn:
-            job.finished = True  # shut down unstarted: the caller releases the lease
-            self._give_back(job)
-            self.inflight.forget(job.running)
-        return withdrawn
+        running = job.running
+        if self._threads.withdraw(job):
+            if running.ctx.aborted is not None:
+                self._finish_sync(job, running.lease)  # never ran: _submit reports the abort
+            else:
+                job.finished = True  # shut down unstarted: the caller releases the lease
+                self._give_back(job)
+                self.inflight.forget(running)
+            return True
+        if running.ctx.aborted is not None:
+            self._soft_stop(running)
+        return False
+
+    def _soft_stop(self, running: Running) -> None:
+        """Raise the soft stop in the attempt's thread (leaseq.worker.stops) and set the
+        hard stop's time; the lease keeper keeps renewing the lease until the thread ends."""
+        gate = running.gate
+        if gate is None or running.stop_sent_at is not None:
+            return
+        now = running.stop_sent_at = time.monotonic()
+        grace = self.config.stop_grace
+        if grace is not None:
+            running.hard_stop_at = now + grace
+            if running.hard_stop_at < self.inflight.keeper_wakes_at:
+                self.inflight.sooner.set()
+        if not gate.request():
+            return  # its handler has not started (it will not) or has just returned
+        self.events.handler_stopped("soft")
+        lease = running.lease
+        log.warning(
+            "job %d (token %d, task %s): soft stop: HandlerStopped raised in its handler "
+            "thread; its lease is kept until the thread ends%s",
+            lease.job_id,
+            lease.token,
+            lease.task,
+            "" if grace is None else f" (hard stop in {grace:g}s)",
+        )
 
     def _finish_sync(self, job: SyncJob, outcome: Outcome) -> None:
         job.finished = True
@@ -275,8 +317,15 @@ class Executor:
         try:
             return await waiter
         except asyncio.CancelledError:
-            job.finished = True  # an outcome handed back later is dropped
-            self._threads.withdraw(job)
+            if self._threads.withdraw(job) or running.ctx.aborted is None:
+                job.finished = True  # an outcome handed back later is dropped
+                raise
+        # Aborted while its thread runs it: the soft stop, then wait for the thread to end.
+        self._soft_stop(running)
+        try:
+            return await asyncio.shield(waiter)
+        except asyncio.CancelledError:
+            job.finished = True
             raise
 
     async def _check_joined_completion(
@@ -403,12 +452,19 @@ def _sync_attempt(running: Running) -> Outcome:
     if ctx.aborted is not None or _too_late(running):
         return lease  # the check may have taken a while
     _mark_started(running)
+    gate = running.gate
     try:
-        value = task.fn(ctx, running.payload)
+        try:
+            if gate is not None and not gate.enter():
+                return lease  # stopped before it could start: the abort decides
+            value = task.fn(ctx, running.payload)
+        finally:
+            if gate is not None:
+                gate.leave()  # from here on no soft stop can land in this thread
         # Inside the try: whatever escapes here would strand the job and its slot.
         outcome, running.result = result_of(lease, task, value)
         return outcome
-    except JobAborted:
+    except JobAborted:  # HandlerStopped too
         return lease  # the abort decides what is reported
     except BaseException as exc:  # a thread has nobody to pass SystemExit & co. on to
         return failure_of(lease, task, exc)

@@ -25,6 +25,7 @@ from leaseq.models import Failure, Lease, SweepResult
 from leaseq.rules.schedules import TickRound
 from leaseq.states import JobStatus
 from leaseq.worker.context import JobContext
+from leaseq.worker.stops import StopGate
 
 log = logging.getLogger("leaseq.worker")
 #: One record per job transition, with job_id, task, queue, attempt and token as fields
@@ -70,6 +71,8 @@ class WorkerStats:
     claim_errors: int = 0
     aborted: dict[str, int] = field(default_factory=dict)
     abandoned_at_shutdown: int = 0
+    #: Sync handlers stopped by an exception raised in their thread (leaseq.worker.stops).
+    soft_stops: int = 0
     #: Schedule ticks this worker's ticker enqueued, and skipped by policy.
     ticks_enqueued: int = 0
     ticks_skipped: int = 0
@@ -103,6 +106,13 @@ class Running:
     task: Cancellable | None = None
     #: The handler's return value as JSON, with how long to keep it (store_result tasks).
     result: tuple[str, float] | None = None
+    #: A sync attempt's hand-over with its thread (the soft stop); None for async ones.
+    gate: StopGate | None = None
+    #: Monotonic time of the soft stop, while the attempt's thread has not ended: its lease
+    #: is still renewed and nothing is reported under it until then.
+    stop_sent_at: float | None = None
+    #: Monotonic time of the hard stop, if the thread is still running then.
+    hard_stop_at: float | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -164,6 +174,12 @@ class WorkerEvents:
         self.stats.failed += 1
         if status is JobStatus.PENDING:
             metrics.retry(lease.queue, outcome.error_code, lease.attempt)
+
+    def handler_stopped(self, kind: str) -> None:
+        """A sync handler's soft stop was sent, or its hard stop is happening."""
+        if kind == "soft":
+            self.stats.soft_stops += 1
+        self.metrics.handler_stops.labels(kind).inc()
 
     def lost_fence(self, operation: str, count: int = 1) -> None:
         """Fenced writes the database refused: the lease was gone."""
@@ -259,8 +275,8 @@ class InFlight:
             abort_detail(reason, running),
         )
         if running.task is not None:
-            # For a sync handler this only stops waiting for its thread; the thread sees
-            # ctx.aborted / gets JobAborted from ctx.progress(), and its result is ignored.
+            # A sync handler gets the soft stop raised in its thread (leaseq.worker.stops);
+            # its outcome, the abort's failure, is reported once that thread has ended.
             running.task.cancel()
 
     def count_abort(self, running: Running, reason: str) -> None:

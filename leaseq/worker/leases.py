@@ -5,26 +5,48 @@ deserve it (the progress policy); a lease the database refuses is lost, and a ca
 request found on renewal stops its handler. Between ticks the keeper wakes for the earliest
 *local deadline* (a lease that joins with an earlier deadline wakes it at once): if no
 renewal was confirmed before it, the worker assumes the lease is gone and stops the handler,
-even when the database cannot be reached to say so. It also enforces ``max_runtime``.
+even when the database cannot be reached to say so. It also enforces ``max_runtime``, keeps
+renewing a stopped sync handler's lease until its thread has ended, and carries out the
+hard stop of one that outlives ``stop_grace`` (leaseq.worker.stops).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
+from collections.abc import Callable
 
 from leaseq.client_async import AsyncClient
 from leaseq.codes import ErrorCode
 from leaseq.worker.config import WorkerConfig
 from leaseq.worker.inflight import InFlight, Running
 from leaseq.worker.outage import TRANSIENT, Outage
+from leaseq.worker.stops import EXIT_HARD_STOP, exit_now
+
+log = logging.getLogger("leaseq.worker")
+
+
+def _wake_for(running: Running) -> float:
+    """When the keeper must look at this lease next: its local deadline while it is
+    policed, its hard stop while its thread is being stopped."""
+    if running.watched:
+        return running.deadline
+    return running.hard_stop_at or running.deadline
 
 
 class LeaseKeeper:
     def __init__(
-        self, config: WorkerConfig, client: AsyncClient, inflight: InFlight, outage: Outage
+        self,
+        config: WorkerConfig,
+        client: AsyncClient,
+        inflight: InFlight,
+        outage: Outage,
+        *,
+        exit_process: Callable[[], None] = exit_now,
     ) -> None:
+        self._exit_process = exit_process
         self.config = config
         self.client = client
         self.inflight = inflight
@@ -40,7 +62,7 @@ class LeaseKeeper:
         while True:
             now = time.monotonic()
             earliest = min(
-                (r.deadline for r in inflight.all() if r.watched),
+                (_wake_for(r) for r in inflight.all() if r.watched or r.hard_stop_at),
                 default=now + tick,
             )
             wake_at = min(next_renewal, earliest)
@@ -59,6 +81,8 @@ class LeaseKeeper:
 
     def _check_deadlines(self, now: float) -> None:
         for running in self.inflight.all():
+            if running.hard_stop_at is not None and running.hard_stop_at <= now:
+                self._hard_stop(running)
             if not running.watched:
                 continue
             if running.deadline <= now:
@@ -70,8 +94,31 @@ class LeaseKeeper:
             if task.max_runtime is not None and now - running.started_at > task.max_runtime:
                 self.inflight.abort(running, ErrorCode.MAX_RUNTIME_EXCEEDED)
 
+    def _hard_stop(self, running: Running) -> None:
+        """A stopped sync handler outlived ``stop_grace``: end the process (see stops.py)."""
+        self.events.handler_stopped("hard")
+        lease = running.lease
+        log.critical(
+            "job %d (token %d, task %s): its sync handler is still running %gs after the "
+            "soft stop (%s); hard stop: the worker process exits with code %d for its "
+            "supervisor to replace it; its %d lease(s) expire and are retried",
+            lease.job_id,
+            lease.token,
+            lease.task,
+            self.config.stop_grace or 0.0,
+            running.ctx.aborted,
+            EXIT_HARD_STOP,
+            len(self.inflight),
+        )
+        running.hard_stop_at = None  # once (the exit does not return in production)
+        self._exit_process()
+
     @staticmethod
     def _deserves_renewal(running: Running, now: float) -> bool:
+        if running.stop_sent_at is not None:
+            # Its thread still runs after the soft stop: keep the lease so that the job is
+            # not offered to anyone else (unless the lease was lost already).
+            return running.ctx.aborted != ErrorCode.LEASE_LOST
         if running.ctx.aborted is not None:
             return False
         if running.started_at is None or running.task_def is None or running.reporting:

@@ -3,7 +3,9 @@
 A deliberately small supervisor. It starts N copies of the same worker command, restarts
 one that dies (with a growing delay if it keeps dying), forwards SIGTERM/SIGINT to all of
 them, and exits once they have all exited. Every child is an ordinary worker: leases,
-fencing and the sweeper make a crash of one child safe for the others.
+fencing and the sweeper make a crash of one child safe for the others. A child that
+hard-stopped a sync handler (``leaseq.worker.stops``, exit code 4) is one that died: it
+is replaced the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from leaseq.retry import backoff
+from leaseq.worker.stops import EXIT_HARD_STOP
 
 log = logging.getLogger("leaseq.supervisor")
 
@@ -103,7 +106,7 @@ class Supervisor:
                         "restarting in %.1fs",
                         slot.index,
                         proc.pid,
-                        f"signal {-code}" if code < 0 else f"code {code}",
+                        _exit_reason(code),
                         ran,
                         delay,
                     )
@@ -117,6 +120,14 @@ class Supervisor:
             if all(slot.done for slot in self.slots):
                 return max(final, default=0)
             time.sleep(0.1 if alive else 0.05)
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        return f"signal {-code}"
+    if code == EXIT_HARD_STOP:
+        return f"code {code} (hard stop: a sync handler did not end after its soft stop)"
+    return f"code {code}"
 
 
 def _final_code(code: int, *, stopping: bool) -> int:

@@ -26,6 +26,7 @@ import queue
 import threading
 from collections.abc import Callable
 
+from leaseq.codes import ErrorCode
 from leaseq.models import Failure, Lease
 from leaseq.worker.inflight import Running
 
@@ -244,9 +245,11 @@ class HandlerThreads:
                 outcome = job.context.run(attempt, job.running)
             except BaseException:  # a bug (attempt() catches what handlers raise)
                 log.exception("job %d: its attempt failed in leaseq", job.running.lease.job_id)
-                with lock:
-                    self._searching += 1
-                continue  # its lease keeper ends it at its deadline; the sweeper retries it
+                # Reported as a lost lease (nothing written, not renewed: the sweeper
+                # retries it once it expires), and still handed back: the loop must learn
+                # that this thread is done with it.
+                job.running.ctx.abort(ErrorCode.LEASE_LOST)
+                outcome = job.running.lease
             with lock:
                 self._searching += 1  # back to looking, after handing this one back
                 self._done.append((job, outcome))
