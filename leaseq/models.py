@@ -62,9 +62,9 @@ class Lease:
     #: Claimed under limits: the lease may hold concurrency slots, which the statement that
     #: ends it gives back (which statement that is follows ``slot_rows``).
     limited: bool = False
-    #: Claimed while task or key limits existed: the lease may hold slot rows, which only
-    #: the coordinated statements delete (a queue limit's slot is on the job row, which
-    #: every statement ending a lease clears).
+    #: The claim took slot rows for it (admit() reports them, version 21): the lease may
+    #: hold slot rows, which only the statements that delete them may end (a queue
+    #: limit's slot is on the job row, which every statement ending a lease clears).
     slot_rows: bool = False
     #: Some job depends on this one: its completion and failure promote dependents.
     has_dependents: bool = False

@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 20
+-- schema version: 21
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -37,7 +37,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (17, 'payloads'),
   (18, 'steps'),
   (19, 'expires'),
-  (20, 'sql_api');
+  (20, 'sql_api'),
+  (21, 'invariants');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -504,8 +505,9 @@ BEGIN
 END
 $$;
 
--- What admit() returns: the admitted ids in claim order, and each one's queue slot.
-CREATE TYPE {schema}.admission AS (admitted bigint[], slots integer[]);
+-- What admit() returns: the admitted ids in claim order, each one's queue slot, and
+-- whether it took slot rows (version 21: the leases' ends must delete them).
+CREATE TYPE {schema}.admission AS (admitted bigint[], slots integer[], slot_rows boolean);
 
 -- Up to p_n free slot numbers of queue p_queue's limit, searched from p_start (wrapping
 -- around at p_conc), as free_slots() does for slot rows: one index probe per number,
@@ -577,6 +579,7 @@ DECLARE
   v_qids bigint[] := '{}';
   v_qslots integer[] := '{}';
   v_slots integer[];
+  v_slot_rows boolean := false;
 BEGIN
   WHILE cardinality(v_picked) < p_want AND v_pos <= v_total LOOP
     v_chunk := p_candidates[v_pos : v_pos + (p_want - cardinality(v_picked)) - 1];
@@ -689,6 +692,9 @@ BEGIN
           )
           SELECT coalesce(array_agg(job_id), '{}') INTO v_got FROM ins;
         END;
+        -- Reported to the claim (admission.slot_rows, version 21): the leases' ends must take
+        -- the statements that delete slot rows, whatever the claim's own snapshot saw.
+        v_slot_rows := v_slot_rows OR cardinality(v_got) > 0;
       END IF;
       IF cardinality(v_got) < cardinality(v_alive) THEN
         v_bit := v_bit || v_lim.name;
@@ -784,7 +790,7 @@ BEGIN
     FROM unnest(v_picked) WITH ORDINALITY AS p(id, ord)
     LEFT JOIN unnest(v_qids, v_qslots) AS q(id, slot) ON q.id = p.id
     ORDER BY p.ord);
-  RETURN ROW(v_picked, v_slots)::{schema}.admission;
+  RETURN ROW(v_picked, v_slots, v_slot_rows)::{schema}.admission;
 END
 $$;
 

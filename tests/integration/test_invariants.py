@@ -12,14 +12,21 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import psycopg
 import pytest
-from psycopg import Connection
+from psycopg import Connection, sql
 
 import leaseq
 from leaseq import JobStatus
 from leaseq.ops.reads_async import Row
 from leaseq.worker.completer import Completer
-from tests.support.helpers import expire_lease, make_available, rows
+from tests.support.helpers import (
+    expire_lease,
+    make_available,
+    rows,
+    run_sql,
+)
+from tests.support.procs import wait_for
 
 
 def _live(dsn: str, schema: str, key: str) -> list[int]:
@@ -229,3 +236,72 @@ async def test_completer_reports_the_stale_lease_lost_and_survives_a_refused_wri
     assert client.result(current.job_id, timeout=0) == "current"
     job = client.get_job(bad.job_id)
     assert job is not None and job.status is JobStatus.RUNNING  # left to its lease's expiry
+
+
+# -- 5: slot rows reported by admit() itself -------------------------------------------------
+
+
+def _admit_waits(dsn: str, schema: str) -> bool:
+    """claim_limited_jobs is waiting for a lock (pg_stat_activity shows the outer statement,
+    its first kilobyte: the pick CTE and the schema name are in it)."""
+    ((n,),) = rows(
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND query LIKE %s AND query LIKE '%%pick AS MATERIALIZED%%'",
+        schema,
+        f"%{schema}%",
+    )
+    return int(n) > 0
+
+
+def test_a_task_limit_created_during_a_claim_leaves_no_slot_row_behind(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """The claim statement's snapshot sees no task limit; admit() (newer snapshots, one per
+    chunk) does, and takes a slot row for the second chunk's job. The claim is held inside
+    admit() by a transaction holding the queue's rate bucket, while the task limit is
+    created and committed. Before the fix Lease.slot_rows came from the claim's snapshot
+    (false): the plain completion left the slot row behind, and a task limit lowered to 1
+    then admitted nothing."""
+    client.set_limit("queue:default", rate=leaseq.RateLimit(1000, burst=100))
+    first, second, third = (client.enqueue("t") for _ in range(3))
+    run_sql(
+        dsn,
+        "INSERT INTO {s}.rate_buckets (limit_name, tat) VALUES ('queue:default', now())",
+        schema,
+    )
+    skip = psycopg.connect(dsn)  # the first candidate, locked: admit() skips it (chunk 1)
+    bucket = psycopg.connect(dsn)  # the bucket: admit() waits for it inside chunk 1
+    claimer = leaseq.Client(dsn, schema=schema)
+    got: list[list[Any]] = []
+    thread = threading.Thread(target=lambda: got.append(claimer.claim(worker="w", limit=2)))
+    try:
+        skip.execute(
+            sql.SQL("SELECT id FROM {}.jobs WHERE id = %s FOR UPDATE").format(
+                sql.Identifier(schema)
+            ),
+            (first,),
+        )
+        bucket.execute(
+            sql.SQL("SELECT tat FROM {}.rate_buckets FOR UPDATE").format(sql.Identifier(schema))
+        )
+        thread.start()
+        wait_for(lambda: _admit_waits(dsn, schema), 30, "the claim waiting inside admit()")
+        client.set_limit("task:t", concurrency=5)  # committed while the claim is held
+        bucket.commit()
+        thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        bucket.close()
+        skip.close()
+        claimer.close()
+    (leases,) = got
+    assert sorted(x.job_id for x in leases) == [second, third]
+    ((held,),) = rows(dsn, "SELECT count(*) FROM {s}.limit_slots", schema)
+    assert held == 1  # admit() took the task limit's slot for the second chunk's job
+    for lease in leases:
+        assert client.complete(lease)
+    assert rows(dsn, "SELECT job_id, slot FROM {s}.limit_slots", schema) == []
+    # The task limit lowered to 1: with a slot row left behind it admitted nothing.
+    client.set_limit("task:t", concurrency=1)
+    assert [x.job_id for x in client.claim(worker="w", limit=5)] == [first]

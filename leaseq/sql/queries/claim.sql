@@ -1,6 +1,6 @@
 -- The claim (leaseq.ops.lease_async): the seed's SKIP LOCKED claim, the pause check and
 -- the limits' fast path and admit() path. admit() itself is PL/pgSQL, versioned in the
--- migrations (0016_queue_slots.sql has its current text; schema.sql shows it whole).
+-- migrations (0021_invariants.sql has its current text; schema.sql shows it whole).
 
 
 -- name: _claim_candidates
@@ -42,7 +42,9 @@ NOT EXISTS (SELECT 1 FROM {schema}.pauses WHERE false FOR SHARE)
                         WHERE pk.scope = 'ordering_key' AND pk.value = c.ordering_key))
 
 -- name: _claim_returning
--- What both claim statements return per claimed job (alias j): the lease and the job.
+-- What both claim statements return per claimed job (alias j): the lease and the job. Each
+-- statement adds the last column itself, slot_rows: may the lease hold slot rows, so that
+-- its end must take the statements that delete them?
 RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::text,
           j.attempt_count, j.max_attempts, j.priority, j.payload_version,
           j.unknown_failures,
@@ -60,11 +62,7 @@ RETURNING j.id, j.lease_token, j.lease_owner, j.task, j.queue_name, j.payload::t
           date_part('epoch', now()),
           CASE WHEN isfinite(j.created_at) THEN date_part('epoch', now() - j.created_at) END,
           CASE WHEN isfinite(j.available_at)
-            THEN date_part('epoch', now() - j.available_at) END,
-          -- Claimed while task or key limits exist: the lease may hold slot rows
-          -- (limit_slots), so its end takes the statements that delete them. A queue
-          -- limit's slot is on the row, which every statement ending a lease clears.
-          EXISTS (SELECT 1 FROM {schema}.limits WHERE left(name, 6) <> 'queue:')
+            THEN date_part('epoch', now() - j.available_at) END
 
 -- name: _limits_apply
 -- Could any limit apply to a claim of queue %(queue)s? An uncorrelated test of the small
@@ -146,7 +144,11 @@ WHERE j.id = ANY((SELECT CASE
     THEN ARRAY({_claim_candidates} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
   ELSE {schema}.claim_needs_admit()
 END)::bigint[])
-{_claim_returning};
+{_claim_returning},
+          -- slot_rows: this statement never takes slot rows (admit() does, and only
+          -- claim_limited_jobs calls it); a queue limit's slot is on the row, which every
+          -- statement ending a lease clears.
+          false;
 
 -- name: claim_limited_jobs
 -- claim_jobs when limits apply and its fast path cannot be taken (or failed): the same
@@ -173,4 +175,7 @@ SET {_claim_set},
     queue_slot = ((SELECT adm FROM pick)).slots[
                    array_position(((SELECT adm FROM pick)).admitted, j.id)]
 WHERE j.id = ANY(coalesce((SELECT ids FROM pick), ((SELECT adm FROM pick)).admitted))
-{_claim_returning};
+{_claim_returning},
+          -- slot_rows as admit() itself reports them (version 21): it reads the limits with
+          -- newer snapshots than this statement's, so only it knows whether it took any.
+          coalesce(((SELECT adm FROM pick)).slot_rows, false);
