@@ -38,6 +38,7 @@ from leaseq.models import (
     JobEvent,
     JobResult,
     Lease,
+    QueueScaling,
     QueueStats,
     SweepResult,
 )
@@ -114,6 +115,7 @@ __all__ = [
     "PayloadError",
     "Permanent",
     "QueueMap",
+    "QueueScaling",
     "QueueSettings",
     "QueueStats",
     "RateLimit",

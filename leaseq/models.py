@@ -201,6 +201,26 @@ class QueueStats(Printable):
     finished_recently: int | None = None
 
 
+@dataclass(frozen=True)
+class QueueScaling(Printable):
+    """A queue's autoscaling signal (the ``autoscaling`` view, docs/autoscaling.md):
+    ``claimable`` jobs due now (0 while the queue is paused), ``running``, the oldest
+    claimable job's wait in seconds, the handlers per worker (``concurrency``, set with
+    ``set_scaling``; 10 by default), the bounds, the queue's concurrency limit, and
+    ``suggested_workers``."""
+
+    queue: str
+    claimable: int
+    running: int
+    oldest_wait: float
+    paused: bool
+    concurrency: int
+    min_workers: int
+    max_workers: int | None
+    queue_limit: int | None
+    suggested_workers: int
+
+
 class JobFilter(TypedDict, total=False):
     """The operator filter of listing, counting, bulk replay and purge; None matches all.
     Ages are seconds since the job finished."""

@@ -46,6 +46,33 @@ class AdminOps(EndingOps):
             self._promote_dependents(conn, [int(r[0]) for r in rows if r[1] == "cancelled"])
         return bool(rows)
 
+    def set_scaling(
+        self,
+        queue: str,
+        *,
+        concurrency: int,
+        min_workers: int = 0,
+        max_workers: int | None = None,
+        actor: str | None = None,
+    ) -> None:
+        """Tell the autoscaling signal how many handlers one worker of ``queue`` runs
+        (its ``WorkerConfig.concurrency``) and the bounds of its worker count."""
+        params = {
+            "queue": validate.check_name("queue", queue),
+            "concurrency": validate.check_int("concurrency", concurrency, 1, 10_000),
+            "min_workers": validate.check_int("min_workers", min_workers, 0, 100_000),
+            "max_workers": None
+            if max_workers is None
+            else validate.check_int("max_workers", max_workers, max(min_workers, 1), 100_000),
+            "actor": None if actor is None else str(actor)[:200],
+        }
+        self._rows("set_queue_scaling", params)
+
+    def clear_scaling(self, queue: str) -> bool:
+        """Forget ``queue``'s scaling setting (the defaults apply again)."""
+        rows = self._rows("clear_queue_scaling", {"queue": validate.check_name("queue", queue)})
+        return bool(rows)
+
     def skip_dead_head(
         self,
         job_id: int,

@@ -25,6 +25,7 @@ from leaseq.models import (
     Job,
     JobEvent,
     JobFilter,
+    QueueScaling,
     QueueStats,
     UniqueKeyHolder,
 )
@@ -121,6 +122,14 @@ class InspectOps(PayloadOps):
             (replace(s, finished_recently=int(recent.get(s.queue, 0))) for s in stats),
             key=lambda s: s.queue,
         )
+
+    def autoscaling(self, queue: str | None = None) -> list[QueueScaling]:
+        """Per queue (or only ``queue``): the autoscaling signal, suggested_workers
+        included (docs/autoscaling.md)."""
+        if queue is not None:
+            validate.check_name("queue", queue)
+        rows = self._read("autoscaling", {"queue": queue})
+        return [QueueScaling(*row) for row in rows]
 
     def database_health(self) -> dict[str, Any]:
         """Expired leases awaiting a sweep, lock waits, connections of leaseq processes,

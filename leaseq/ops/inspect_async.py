@@ -21,6 +21,7 @@ from leaseq.models import (
     Job,
     JobEvent,
     JobFilter,
+    QueueScaling,
     QueueStats,
     UniqueKeyHolder,
 )
@@ -119,6 +120,14 @@ class AsyncInspectOps(AsyncPayloadOps):
             (replace(s, finished_recently=int(recent.get(s.queue, 0))) for s in stats),
             key=lambda s: s.queue,
         )
+
+    async def autoscaling(self, queue: str | None = None) -> list[QueueScaling]:
+        """Per queue (or only ``queue``): the autoscaling signal, suggested_workers
+        included (docs/autoscaling.md)."""
+        if queue is not None:
+            validate.check_name("queue", queue)
+        rows = await self._read("autoscaling", {"queue": queue})
+        return [QueueScaling(*row) for row in rows]
 
     async def database_health(self) -> dict[str, Any]:
         """Expired leases awaiting a sweep, lock waits, connections of leaseq processes,

@@ -21,6 +21,7 @@ from leaseq.models import (
     Job,
     JobEvent,
     JobFilter,
+    QueueScaling,
     QueueStats,
     UniqueKeyHolder,
 )
@@ -137,6 +138,13 @@ class WebOps(ClientBase):
         params = {"limit": validate.check_int("limit", limit, 1, 1000)}
         (rows,) = self._web_rows([("blocked_keys", params)])
         return [BlockedKey(*r) for r in rows]
+
+    def web_autoscaling(self, queue: str | None = None) -> list[QueueScaling]:
+        """The autoscaling signal (``autoscaling()``) under the dashboard's timeout."""
+        if queue is not None:
+            validate.check_name("queue", queue)
+        (rows,) = self._web_rows([("autoscaling", {"queue": queue})])
+        return [QueueScaling(*row) for row in rows]
 
     def web_pauses(self) -> list[Pause]:
         (rows,) = self._web_rows([("list_pauses", None)])

@@ -17,6 +17,7 @@ from leaseq.models import (
     Job,
     JobEvent,
     JobFilter,
+    QueueScaling,
     QueueStats,
     UniqueKeyHolder,
 )
@@ -133,6 +134,13 @@ class AsyncWebOps(AsyncClientBase):
         params = {"limit": validate.check_int("limit", limit, 1, 1000)}
         (rows,) = await self._web_rows([("blocked_keys", params)])
         return [BlockedKey(*r) for r in rows]
+
+    async def web_autoscaling(self, queue: str | None = None) -> list[QueueScaling]:
+        """The autoscaling signal (``autoscaling()``) under the dashboard's timeout."""
+        if queue is not None:
+            validate.check_name("queue", queue)
+        (rows,) = await self._web_rows([("autoscaling", {"queue": queue})])
+        return [QueueScaling(*row) for row in rows]
 
     async def web_pauses(self) -> list[Pause]:
         (rows,) = await self._web_rows([("list_pauses", None)])

@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 21
+-- schema version: 22
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -38,7 +38,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (18, 'steps'),
   (19, 'expires'),
   (20, 'sql_api'),
-  (21, 'invariants');
+  (21, 'invariants'),
+  (22, 'autoscaling');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -959,6 +960,70 @@ CREATE TABLE {schema}.job_steps (
   CONSTRAINT job_steps_name_bounded CHECK (length(name) <= 128),
   CONSTRAINT job_steps_seq_valid CHECK (seq >= 0)
 );
+
+-- The autoscaling signal (migration 0022, docs/autoscaling.md): what a worker of each
+-- queue runs at once and its bounds, and one row per queue for the autoscaler.
+CREATE TABLE {schema}.queue_scaling (
+  queue_name text PRIMARY KEY,
+  concurrency integer NOT NULL,
+  min_workers integer NOT NULL DEFAULT 0,
+  max_workers integer,
+  updated_by text,
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT queue_scaling_queue_bounded CHECK (length(queue_name) BETWEEN 1 AND 128),
+  CONSTRAINT queue_scaling_concurrency CHECK (concurrency BETWEEN 1 AND 10000),
+  CONSTRAINT queue_scaling_min CHECK (min_workers BETWEEN 0 AND 100000),
+  CONSTRAINT queue_scaling_max CHECK (max_workers BETWEEN greatest(min_workers, 1) AND 100000),
+  CONSTRAINT queue_scaling_by_bounded CHECK (length(updated_by) <= 200)
+);
+
+-- The claimable rows come from jobs_claimable_idx's predicate, so the backlog is counted
+-- from that partial index; the running rows from jobs_expired_lease_idx's.
+CREATE VIEW {schema}.autoscaling AS
+WITH claimable AS (
+  SELECT queue_name, count(*) AS claimable, min(available_at) AS oldest
+  FROM {schema}.jobs
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting AND available_at <= now()
+  GROUP BY queue_name
+), running AS (
+  SELECT queue_name, count(*) AS running
+  FROM {schema}.jobs
+  WHERE status = 'running'
+  GROUP BY queue_name
+), queues AS (
+  SELECT queue_name FROM claimable
+  UNION
+  SELECT queue_name FROM running
+  UNION
+  SELECT queue_name FROM {schema}.queue_scaling
+), counted AS (
+  SELECT q.queue_name,
+         CASE WHEN p.value IS NULL THEN coalesce(c.claimable, 0) ELSE 0 END AS claimable,
+         coalesce(r.running, 0) AS running,
+         CASE WHEN p.value IS NULL
+           THEN coalesce(extract(epoch FROM now() - c.oldest), 0) ELSE 0 END::float8
+           AS oldest_wait,
+         p.value IS NOT NULL AS paused,
+         -- Without a setting: WorkerConfig's default concurrency.
+         coalesce(s.concurrency, 10) AS concurrency,
+         coalesce(s.min_workers, 0) AS min_workers,
+         s.max_workers,
+         l.concurrency AS queue_limit
+  FROM queues AS q
+  LEFT JOIN claimable AS c ON c.queue_name = q.queue_name
+  LEFT JOIN running AS r ON r.queue_name = q.queue_name
+  LEFT JOIN {schema}.queue_scaling AS s ON s.queue_name = q.queue_name
+  LEFT JOIN {schema}.pauses AS p ON p.scope = 'queue' AND p.value = q.queue_name
+  LEFT JOIN {schema}.limits AS l ON l.name = 'queue:' || q.queue_name
+)
+SELECT queue_name AS queue, claimable, running, oldest_wait, paused, concurrency,
+       min_workers, max_workers, queue_limit,
+       least(greatest(
+               ceil(least(claimable + running, coalesce(queue_limit, claimable + running))
+                    ::numeric / concurrency)::integer,
+               min_workers),
+             coalesce(max_workers, 2147483647)) AS suggested_workers
+FROM counted;
 
 -- The SQL API (migration 0020, docs/sql-api.md): enqueue, enqueue_many, job_state,
 -- job_result, cancel, and their helpers. The copies of the client's statements are

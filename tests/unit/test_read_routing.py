@@ -29,6 +29,7 @@ REPLICA_READS = {
     "web_blocked_keys",
     "web_pauses",
     "web_limits",
+    "web_autoscaling",
     "get_job",
     "job_events",
     "unique_key_holder",
@@ -48,6 +49,7 @@ REPLICA_READS = {
     "pauses",
     "admin_events",
     "limits",
+    "autoscaling",
     "schedules",
     "schedule_ticks",
 }
