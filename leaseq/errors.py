@@ -55,6 +55,12 @@ def schema_missing(schema: str) -> SchemaError:
     )
 
 
+class IsolationLevelError(LeaseqError):
+    """A caller's connection runs at an isolation level other than READ COMMITTED, which
+    leaseq's statements need (they lock rows, then decide with a new snapshot). Raised
+    before anything is written; the caller's transaction is still usable."""
+
+
 class EmbeddedError(LeaseqError):
     """The embedded PostgreSQL could not be found, started or stopped."""
 

@@ -37,6 +37,7 @@ class AdminOps(EndingOps):
         False when the job does not exist or is already finished. With ``connection`` the
         change joins that connection's open transaction (never committed here).
         """
+        self._refuse_isolation(connection)
         params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
         found = self._rows("job_key", {"id": job_id}, connection)
         keys = [found[0][0]] if found else []
@@ -83,6 +84,7 @@ class AdminOps(EndingOps):
     ) -> bool:
         """Let an ordering key move past its dead head (which stays dead); audited.
         False when the job is not a dead, keyed, not-yet-skipped job."""
+        self._refuse_isolation(connection)
         if not isinstance(reason, str) or not reason.strip():
             raise ConfigError("skipping a dead head needs a reason")
         found = self._rows("job_key", {"id": job_id}, connection)
@@ -125,6 +127,7 @@ class AdminOps(EndingOps):
         and theirs in turn, come back too, waiting for it again (same transaction, audited). With
         ``connection`` the replay joins that connection's open transaction.
         """
+        self._refuse_isolation(connection)
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = job_filter(statuses, job_id=job_id)
         refused: list[tuple[int, int | None, str]] = []
@@ -152,6 +155,7 @@ class AdminOps(EndingOps):
         listed in its ``refused``, and the replay goes on. ``with_dependents``: as in
         :meth:`replay`. With ``connection`` every batch runs in that connection's open
         transaction."""
+        self._refuse_isolation(connection)
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = job_filter(statuses, **filters)
         batch = validate.check_int("batch_size", batch_size, 1, 10_000)

@@ -33,6 +33,7 @@ class AsyncAdminOps(AsyncEndingOps):
         False when the job does not exist or is already finished. With ``connection`` the
         change joins that connection's open transaction (never committed here).
         """
+        await self._refuse_isolation(connection)
         params = {"id": job_id, "actor": actor, "reason": validate.bound_detail(reason)}
         found = await self._rows("job_key", {"id": job_id}, connection)
         keys = [found[0][0]] if found else []
@@ -81,6 +82,7 @@ class AsyncAdminOps(AsyncEndingOps):
     ) -> bool:
         """Let an ordering key move past its dead head (which stays dead); audited.
         False when the job is not a dead, keyed, not-yet-skipped job."""
+        await self._refuse_isolation(connection)
         if not isinstance(reason, str) or not reason.strip():
             raise ConfigError("skipping a dead head needs a reason")
         found = await self._rows("job_key", {"id": job_id}, connection)
@@ -123,6 +125,7 @@ class AsyncAdminOps(AsyncEndingOps):
         and theirs in turn, come back too, waiting for it again (same transaction, audited). With
         ``connection`` the replay joins that connection's open transaction.
         """
+        await self._refuse_isolation(connection)
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = job_filter(statuses, job_id=job_id)
         refused: list[tuple[int, int | None, str]] = []
@@ -152,6 +155,7 @@ class AsyncAdminOps(AsyncEndingOps):
         listed in its ``refused``, and the replay goes on. ``with_dependents``: as in
         :meth:`replay`. With ``connection`` every batch runs in that connection's open
         transaction."""
+        await self._refuse_isolation(connection)
         statuses = ["dead", "cancelled"] if allow_cancelled else ["dead"]
         params = job_filter(statuses, **filters)
         batch = validate.check_int("batch_size", batch_size, 1, 10_000)

@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 from leaseq import validate
 from leaseq.codec import Encryption
 from leaseq.dsn import describe_dsn, resolve_dsn, warn_multi_host
-from leaseq.errors import DatabaseUnavailable, SchemaError, schema_missing
+from leaseq.errors import DatabaseUnavailable, IsolationLevelError, SchemaError, schema_missing
 from leaseq.ops.reads_async import AsyncReadPool, Reads, Row, run_statement
 from leaseq.params import notify_channel
 from leaseq.payload_store import S3Store, check_offload
@@ -40,9 +40,29 @@ __all__ = ["FAILOVER_SQLSTATES", "AsyncClientBase", "Row"]
 FAILOVER_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
 
 
+#: The one isolation level leaseq's transactions run at. Its "lock, then decide with a new
+#: statement" steps (dependents' promotion, batch callbacks, a unique key's follow-up) rely
+#: on each statement taking a new snapshot, and its single statements on READ COMMITTED's
+#: re-check of a row changed meanwhile. A server's or role's default_transaction_isolation
+#: must not change that: see docs/design.md, "Isolation".
+READ_COMMITTED = "read committed"
+
+
+async def _read_committed(conn: AsyncConnection[Any]) -> None:
+    """Every pooled connection runs at READ COMMITTED whatever the server's or the role's
+    default: its transactions begin with ISOLATION LEVEL READ COMMITTED (psycopg puts it in
+    each BEGIN, so it holds behind a transaction pooler too), and the session default is
+    set for its autocommit statements."""
+    await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
+    await conn.execute(
+        "SELECT set_config('default_transaction_isolation', %s, false)", (READ_COMMITTED,)
+    )
+
+
 async def _configure_connection(conn: AsyncConnection[Any]) -> None:
-    """Every pooled connection: how jsonb payloads are read."""
+    """Every pooled connection: how jsonb payloads are read, and READ COMMITTED."""
     configure_json(conn)
+    await _read_committed(conn)
 
 
 async def _configure_generic_plans(conn: AsyncConnection[Any]) -> None:
@@ -59,6 +79,7 @@ async def _configure_generic_plans(conn: AsyncConnection[Any]) -> None:
     drain of 40,000 jobs went from 16k to 1.5k jobs/s). These statements read a few index
     pages each; compiling never pays."""
     configure_json(conn)
+    await _read_committed(conn)
     await conn.execute(
         "SELECT set_config('plan_cache_mode', 'force_generic_plan', false),"
         " set_config('jit', 'off', false)"
@@ -227,6 +248,22 @@ class AsyncClientBase:
             return
         async with self._pooled() as conn, conn.transaction():
             yield conn
+
+    async def _refuse_isolation(self, connection: AsyncConnection[Any] | None) -> None:
+        """A caller's connection (``connection=``, ``ctx.complete_in``) must run leaseq's
+        statements at READ COMMITTED, as leaseq's own transactions do: at REPEATABLE READ
+        or SERIALIZABLE the steps that lock rows and then decide with a new statement see
+        a snapshot from before the locks (a fan-in dependent left waiting, a sealed batch
+        never fired). Refused with one line, before anything is written."""
+        if connection is None:
+            return
+        ((level,),) = await self._rows("transaction_isolation", None, connection)
+        if level != READ_COMMITTED:
+            raise IsolationLevelError(
+                f"this connection runs at {str(level).upper()}; leaseq needs READ COMMITTED "
+                "(set conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED, or "
+                "SET TRANSACTION ISOLATION LEVEL READ COMMITTED first)"
+            )
 
     async def _lock_keys(self, conn: AsyncConnection[Any], keys: Iterable[str | None]) -> list[str]:
         wanted = sorted({k for k in keys if k})

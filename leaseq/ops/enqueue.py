@@ -70,6 +70,7 @@ class EnqueueOps(DepsOps, PayloadOps):
         or ``ignore`` that dependency. An unknown id is refused. ``batch_id``: the job
         joins that open batch (see ``batch()``). See docs/workflows.md.
         """
+        self._refuse_isolation(connection)
         fields = job_fields({"task": task, "payload": payload, **options})
         params = job_params(fields, self.payload_limit, self._payload_sealer())
         params["channel"] = self.channel
@@ -217,6 +218,7 @@ class EnqueueOps(DepsOps, PayloadOps):
         keys, the items are enqueued one by one in one transaction: a key repeated in the
         batch resolves to its first item's job (as a later ``enqueue`` would).
         """
+        self._refuse_isolation(connection)
         seal = self._payload_sealer()
         params_list = [job_params(job_fields(job), self.payload_limit, seal) for job in jobs]
         if not params_list:

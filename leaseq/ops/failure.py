@@ -28,6 +28,7 @@ class FailureOps(EndingOps):
     ) -> dict[int, JobStatus]:
         """Report failed attempts, fenced; returns each job still ours with its new status.
         With ``connection`` the report joins that connection's transaction."""
+        self._refuse_isolation(connection)
         if not failures:
             return {}
         result: dict[int, JobStatus] = {}

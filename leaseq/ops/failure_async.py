@@ -24,6 +24,7 @@ class AsyncFailureOps(AsyncEndingOps):
     ) -> dict[int, JobStatus]:
         """Report failed attempts, fenced; returns each job still ours with its new status.
         With ``connection`` the report joins that connection's transaction."""
+        await self._refuse_isolation(connection)
         if not failures:
             return {}
         result: dict[int, JobStatus] = {}

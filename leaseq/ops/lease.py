@@ -61,6 +61,7 @@ class LeaseOps(EndingOps, PayloadOps):
         A claimed row that cannot become a lease (see ``leaseq.rows``) is ended dead with
         its reason, under the lease just taken, and left out: it costs only its own job.
         """
+        self._refuse_isolation(connection)
         seconds = validate.check_positive_seconds("lease_seconds", lease_seconds)
         want = validate.check_int("limit", limit, 1, validate.CLAIM_LIMIT_MAX)
         name = validate.check_name("queue", queue)
@@ -182,6 +183,7 @@ class LeaseOps(EndingOps, PayloadOps):
         still ours, and ``results`` are keyed the same way. A stale and a current lease of
         one job in one batch (a worker that lost a lease and claimed the job again) stay
         apart: only the current one's completion and result count."""
+        self._refuse_isolation(connection)
         if not leases:
             return set()
         if not results:

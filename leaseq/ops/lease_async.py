@@ -57,6 +57,7 @@ class AsyncLeaseOps(AsyncEndingOps, AsyncPayloadOps):
         A claimed row that cannot become a lease (see ``leaseq.rows``) is ended dead with
         its reason, under the lease just taken, and left out: it costs only its own job.
         """
+        await self._refuse_isolation(connection)
         seconds = validate.check_positive_seconds("lease_seconds", lease_seconds)
         want = validate.check_int("limit", limit, 1, validate.CLAIM_LIMIT_MAX)
         name = validate.check_name("queue", queue)
@@ -178,6 +179,7 @@ class AsyncLeaseOps(AsyncEndingOps, AsyncPayloadOps):
         still ours, and ``results`` are keyed the same way. A stale and a current lease of
         one job in one batch (a worker that lost a lease and claimed the job again) stay
         apart: only the current one's completion and result count."""
+        await self._refuse_isolation(connection)
         if not leases:
             return set()
         if not results:

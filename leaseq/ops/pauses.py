@@ -51,6 +51,7 @@ class PauseOps(ClientBase):
         once that transaction commits (never, if it rolls back), and until it ends every
         claim waits (the barrier is a table lock held to commit), so keep it short.
         """
+        self._refuse_isolation(connection)
         scope, value = scope_of(queue, task, ordering_key)
         params = {
             "scope": scope,
@@ -77,6 +78,7 @@ class PauseOps(ClientBase):
     ) -> bool:
         """End a pause (audited) and wake the workers. False when the scope was not paused.
         With ``connection=``, it takes effect when the caller's transaction commits."""
+        self._refuse_isolation(connection)
         scope, value = scope_of(queue, task, ordering_key)
         params = {
             "scope": scope,

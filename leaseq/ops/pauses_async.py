@@ -52,6 +52,7 @@ class AsyncPauseOps(AsyncClientBase):
         once that transaction commits (never, if it rolls back), and until it ends every
         claim waits (the barrier is a table lock held to commit), so keep it short.
         """
+        await self._refuse_isolation(connection)
         scope, value = scope_of(queue, task, ordering_key)
         params = {
             "scope": scope,
@@ -78,6 +79,7 @@ class AsyncPauseOps(AsyncClientBase):
     ) -> bool:
         """End a pause (audited) and wake the workers. False when the scope was not paused.
         With ``connection=``, it takes effect when the caller's transaction commits."""
+        await self._refuse_isolation(connection)
         scope, value = scope_of(queue, task, ordering_key)
         params = {
             "scope": scope,

@@ -196,6 +196,7 @@ class ScheduleOps(PayloadOps):
     ) -> Schedule:
         """Add a dynamic schedule (audited); its first tick is the first after now. A name
         already taken is a ConfigError."""
+        self._refuse_isolation(connection)
         d = schedule_def(
             name,
             task,
@@ -242,6 +243,7 @@ class ScheduleOps(PayloadOps):
     ) -> Schedule:
         """Change a dynamic schedule (audited); what is None stays. A new timing takes
         effect from now: its next tick is the first after now."""
+        self._refuse_isolation(connection)
         changes = {
             "task": task,
             "cron": cron,
@@ -279,6 +281,7 @@ class ScheduleOps(PayloadOps):
     ) -> bool:
         """Enable a schedule (audited); ticks missed while it was disabled are not caught
         up. False when it was enabled already."""
+        self._refuse_isolation(connection)
         return self._set_enabled(name, True, reason, actor, connection)
 
     def schedule_disable(
@@ -291,6 +294,7 @@ class ScheduleOps(PayloadOps):
     ) -> bool:
         """Disable a schedule (audited): no tick creates a job until it is enabled again.
         False when it was disabled already."""
+        self._refuse_isolation(connection)
         return self._set_enabled(name, False, reason, actor, connection)
 
     def schedule_remove(
@@ -304,6 +308,7 @@ class ScheduleOps(PayloadOps):
         """Delete a dynamic schedule and its tick history (audited; its jobs stay). A code
         schedule cannot be removed here (the next worker start would bring it back):
         disable it. False when there is no such schedule."""
+        self._refuse_isolation(connection)
         with self._transaction(connection) as conn:
             found = self._rows("lock_schedule", {"name": name}, conn)
             if not found:
@@ -327,6 +332,7 @@ class ScheduleOps(PayloadOps):
         """Enqueue one job for the schedule now, outside its timing (audited); returns its
         id. It counts as the schedule's last job (overlap ``skip`` waits for it, ``queue``
         orders it) but leaves the next tick where it was."""
+        self._refuse_isolation(connection)
         with self._transaction(connection) as conn:
             current = self._locked(conn, name)
             d = current.definition

@@ -200,6 +200,7 @@ class AsyncScheduleOps(AsyncPayloadOps):
     ) -> Schedule:
         """Add a dynamic schedule (audited); its first tick is the first after now. A name
         already taken is a ConfigError."""
+        await self._refuse_isolation(connection)
         d = schedule_def(
             name,
             task,
@@ -246,6 +247,7 @@ class AsyncScheduleOps(AsyncPayloadOps):
     ) -> Schedule:
         """Change a dynamic schedule (audited); what is None stays. A new timing takes
         effect from now: its next tick is the first after now."""
+        await self._refuse_isolation(connection)
         changes = {
             "task": task,
             "cron": cron,
@@ -285,6 +287,7 @@ class AsyncScheduleOps(AsyncPayloadOps):
     ) -> bool:
         """Enable a schedule (audited); ticks missed while it was disabled are not caught
         up. False when it was enabled already."""
+        await self._refuse_isolation(connection)
         return await self._set_enabled(name, True, reason, actor, connection)
 
     async def schedule_disable(
@@ -297,6 +300,7 @@ class AsyncScheduleOps(AsyncPayloadOps):
     ) -> bool:
         """Disable a schedule (audited): no tick creates a job until it is enabled again.
         False when it was disabled already."""
+        await self._refuse_isolation(connection)
         return await self._set_enabled(name, False, reason, actor, connection)
 
     async def schedule_remove(
@@ -310,6 +314,7 @@ class AsyncScheduleOps(AsyncPayloadOps):
         """Delete a dynamic schedule and its tick history (audited; its jobs stay). A code
         schedule cannot be removed here (the next worker start would bring it back):
         disable it. False when there is no such schedule."""
+        await self._refuse_isolation(connection)
         async with self._transaction(connection) as conn:
             found = await self._rows("lock_schedule", {"name": name}, conn)
             if not found:
@@ -333,6 +338,7 @@ class AsyncScheduleOps(AsyncPayloadOps):
         """Enqueue one job for the schedule now, outside its timing (audited); returns its
         id. It counts as the schedule's last job (overlap ``skip`` waits for it, ``queue``
         orders it) but leaves the next tick where it was."""
+        await self._refuse_isolation(connection)
         async with self._transaction(connection) as conn:
             current = await self._locked(conn, name)
             d = current.definition

@@ -40,6 +40,7 @@ class AsyncStepOps(AsyncPayloadOps):
         """Record a finished step under the fence; False means nothing was recorded: the
         lease is lost, or a record of this name or place already committed. With
         ``connection`` the record joins that connection's transaction."""
+        await self._refuse_isolation(connection)
         text = validate.encode_payload(result, self.payload_limit)
         params = {
             "id": lease.job_id,

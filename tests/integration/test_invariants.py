@@ -9,16 +9,14 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import Connection, sql
+from psycopg import sql
 
 import leaseq
 from leaseq import JobStatus
-from leaseq.ops.reads_async import Row
 from leaseq.worker.completer import Completer
 from tests.support.helpers import (
     expire_lease,
@@ -26,6 +24,7 @@ from tests.support.helpers import (
     rows,
     run_sql,
 )
+from tests.support.pausing import PausingClient
 from tests.support.procs import wait_for
 
 
@@ -38,31 +37,6 @@ def _live(dsn: str, schema: str, key: str) -> list[int]:
         key,
     )
     return [int(r[0]) for r in found]
-
-
-class PausingClient(leaseq.Client):
-    """A client that stops after one named statement until the test lets it go on: the
-    boundary between two statements of one operation, held open on purpose."""
-
-    def __init__(self, *args: Any, pause_after: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.pause_after = pause_after
-        self.reached = threading.Event()
-        self.go = threading.Event()
-
-    def _rows(
-        self,
-        name: str,
-        params: Mapping[str, Any] | None = None,
-        connection: Connection[Any] | None = None,
-        *,
-        tolerant: bool = False,
-    ) -> list[Row]:
-        found = super()._rows(name, params, connection, tolerant=tolerant)
-        if name == self.pause_after and not self.reached.is_set():
-            self.reached.set()
-            assert self.go.wait(30), "the test never let the paused statement go on"
-        return found
 
 
 # -- 1: release of a superseded job -------------------------------------------------------

@@ -36,3 +36,9 @@ SELECT now();
 -- Which database a connection is on (the cluster's system identifier and the database
 -- name): a transactional enqueue must be on the database of the queue it names.
 SELECT (SELECT system_identifier FROM pg_control_system())::text, current_database();
+
+-- name: transaction_isolation
+-- The isolation level a caller's connection runs leaseq's statements at (its open
+-- transaction's, or the session default for the implicit one of an autocommit statement):
+-- leaseq's "lock, then decide with a new statement" steps need READ COMMITTED.
+SELECT current_setting('transaction_isolation');
