@@ -8,7 +8,7 @@ pause, resume), on the primary.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Unpack
+from typing import Any, NamedTuple, Unpack
 
 from leaseq import validate
 from leaseq.models import (
@@ -26,6 +26,15 @@ from leaseq.params import job_filter
 from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_from_row
 from leaseq.rules.limits import Limit, limit_from_row
 from leaseq.rules.pauses import Pause, pauses_from_rows
+
+
+class JobFlags(NamedTuple):
+    """What the job page shows that models.Job does not carry."""
+
+    ordering_key: str | None
+    waiting: bool
+    blocked: bool
+
 
 #: How many of the newest jobs the throughput sparkline looks at (a primary-key range).
 THROUGHPUT_WINDOW = 100_000
@@ -48,6 +57,11 @@ class AsyncWebOps(AsyncClientBase):
         most 1000 queues) and the pauses in force."""
         stats, pauses = await self._web_rows([("web_queue_stats", None), ("list_pauses", None)])
         return [stats_from_row(r) for r in stats], pauses_from_rows(pauses)
+
+    async def web_waiting(self) -> dict[str, int]:
+        """Jobs waiting on dependencies, per queue (at most 1000 queues)."""
+        (rows,) = await self._web_rows([("web_waiting_counts", None)])
+        return {str(queue): int(count) for queue, count in rows}
 
     async def web_throughput(self, window: int = THROUGHPUT_WINDOW) -> dict[str, list[int]]:
         """Jobs finished per queue in each of the last 60 minutes, oldest minute first,
@@ -89,14 +103,27 @@ class AsyncWebOps(AsyncClientBase):
         return [job_from_row(r) for r in rows]
 
     async def web_dead(
-        self, *, limit: int = 50, cap: int = 10_000, **filters: Unpack[JobFilter]
+        self,
+        *,
+        limit: int = 50,
+        cap: int = 10_000,
+        before: int | None = None,
+        **filters: Unpack[JobFilter],
     ) -> tuple[list[Job], int]:
-        """Dead jobs matching the operator filter (newest first) and how many match,
-        counted up to ``cap`` (the dry run of a bulk replay or purge)."""
+        """Dead jobs matching the operator filter (newest first; ``before``: the previous
+        page's last id) and how many match, counted up to ``cap`` (the dry run of a bulk
+        replay or purge)."""
         params = job_filter(["dead"], **filters)
+        page = {
+            **params,
+            "limit": validate.check_int("limit", limit, 1, 500),
+            "before": None
+            if before is None
+            else validate.check_int("before", before, 1, 2**63 - 1),
+        }
         listed, counted = await self._web_rows(
             [
-                ("list_jobs", {**params, "limit": validate.check_int("limit", limit, 1, 500)}),
+                ("web_dead_jobs", page),
                 ("web_count_dead", {**params, "cap": validate.check_int("cap", cap, 1, 10**7)}),
             ],
             tolerant=True,
@@ -105,8 +132,9 @@ class AsyncWebOps(AsyncClientBase):
 
     async def web_job(
         self, job_id: int
-    ) -> tuple[Job, list[JobEvent], list[EffectRecord], UniqueKeyHolder | None, str | None] | None:
-        """One job with its whole trail, effects, unique key holder and ordering key."""
+    ) -> tuple[Job, list[JobEvent], list[EffectRecord], UniqueKeyHolder | None, JobFlags] | None:
+        """One job with its whole trail, effects, unique key holder and its ordering key,
+        waiting and blocked flags."""
         params = {"id": validate.check_int("job id", job_id, 1, 2**63 - 1)}
         job, events, effects, unique, ordering = await self._web_rows(
             [
@@ -126,7 +154,7 @@ class AsyncWebOps(AsyncClientBase):
             [event_from_row(r) for r in events],
             [effect_from_row(r) for r in effects],
             holder,
-            ordering[0][0] if ordering else None,
+            JobFlags(*ordering[0]) if ordering else JobFlags(None, False, False),
         )
 
     async def web_blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:

@@ -38,6 +38,7 @@ def make_templates() -> Jinja2Templates:
     env.autoescape = True
     env.filters["age"] = forms.age
     env.filters["when"] = forms.when
+    env.filters["when_in"] = forms.when_in
     env.globals["sparkline"] = forms.sparkline
     env.globals["STATES"] = forms.STATES
     return templates

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import zoneinfo
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -198,6 +199,19 @@ def age(seconds: float | None) -> str:
 
 def when(value: dt.datetime | None) -> str:
     return value.isoformat(sep=" ", timespec="seconds") if value is not None else ""
+
+
+def when_in(value: dt.datetime | None, tz: str | None) -> str:
+    """``value`` in the time zone ``tz`` (a schedule's), with the zone's abbreviation:
+    ``2026-03-29 03:00:00 CEST``; UTC when the zone is unknown."""
+    if value is None:
+        return ""
+    try:
+        zone = zoneinfo.ZoneInfo(tz or "UTC")
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        zone = zoneinfo.ZoneInfo("UTC")
+    local = value.astimezone(zone)
+    return f"{local.replace(tzinfo=None).isoformat(sep=' ', timespec='seconds')} {local.tzname()}"
 
 
 def sparkline(counts: list[int], width: int = 120, height: int = 24) -> Markup:

@@ -39,14 +39,17 @@ class Pages:
     async def _overview_context(self) -> dict[str, Any]:
         stats, pauses = await self.web.client.web_overview()
         series = await self.web.client.web_throughput()
+        waiting = await self.web.client.web_waiting()
         known = {s.queue for s in stats}
-        stats += [QueueStats(q, 0, 0, 0, 0, 0.0, 0.0, 0) for q in series if q not in known]
+        extra = dict.fromkeys([*series, *waiting])
+        stats += [QueueStats(q, 0, 0, 0, 0, 0.0, 0.0, 0) for q in extra if q not in known]
         stats.sort(key=lambda s: s.queue)
         paused = {p.value for p in pauses if p.scope == "queue"}
         rows = [
             {
                 "stats": s,
                 "paused": s.queue in paused,
+                "waiting": waiting.get(s.queue, 0),
                 "series": series.get(s.queue, [0] * 60),
                 "last_hour": sum(series.get(s.queue, [])),
                 "last_minute": (series.get(s.queue) or [0])[-1],
@@ -133,14 +136,15 @@ class Pages:
                 "error": f"job {job_id} does not exist",
             }
             return self.web.render(request, "job.html", context, 404)
-        job, events, effects, holder, ordering_key = found
+        job, events, effects, holder, flags = found
         context = {
             "job": job,
+            "flags": flags,
             "payload": payload_text(self.web, job),
             "events": events,
             "effects": effects,
             "holder": holder,
-            "ordering_key": ordering_key,
+            "ordering_key": flags.ordering_key,
             "message": message,
             "error": error,
         }
@@ -160,12 +164,18 @@ class Pages:
         shown = {k: form.get(k, "") for k in ("queue", "task", "error_code")}
         try:
             filters = forms.dead_filters(form)
+            raw_before = form.get("before")
+            before = forms.job_id(raw_before, "before") if raw_before else None
         except forms.BadInput as exc:
             context: dict[str, Any] = {"jobs": [], "count": 0, "filters": shown, "error": str(exc)}
             return self.web.render(request, "dead.html", context, 400)
-        jobs, count = await self.web.client.web_dead(limit=PAGE_SIZE, cap=10_000, **filters)
+        jobs, count = await self.web.client.web_dead(
+            limit=PAGE_SIZE, cap=10_000, before=before, **filters
+        )
         context = {
             "jobs": jobs,
+            "next_before": jobs[-1].job_id if len(jobs) == PAGE_SIZE else None,
+            "paged": before is not None,
             "count": count,
             "capped": count >= 10_000,
             "filters": shown,

@@ -57,6 +57,22 @@ def _seed(client: leaseq.Client) -> int:
     return dead
 
 
+def _long_error(client: leaseq.Client) -> int:
+    """A dead job whose error is a traceback ending in one 3,000-character line."""
+    job = int(client.enqueue("parse", {"file": "huge.csv"}, queue="etl"))
+    (lease,) = client.claim("etl", worker="host-c:9")
+    detail = (
+        'Traceback (most recent call last):\n  File "etl.py", line 9\nValueError: ' + "z" * 3000
+    )
+    client.fail(lease, "PARSE_FAILED", retryable=False, detail=detail)
+    return job
+
+
+def _fits(page: Page) -> bool:
+    """The page does not scroll sideways (a table may scroll inside itself)."""
+    return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"))
+
+
 @pytest.fixture()
 def server(dsn: str, schema: str, client: leaseq.Client) -> Iterator[str]:
     port = free_port()
@@ -100,6 +116,7 @@ def test_overview_filter_open_dead_job_replay_it(
     server: str, client: leaseq.Client, tmp_path: pathlib.Path
 ) -> None:
     dead = _seed(client)
+    long_error = _long_error(client)
     shots = _shots(tmp_path)
     errors: list[str] = []
     with sync_playwright() as pw:
@@ -159,6 +176,29 @@ def test_overview_filter_open_dead_job_replay_it(
         page.goto(server + "/pauses")
         expect(page.locator("body")).to_contain_text("image service upgrade")
         page.screenshot(path=str(shots / "pauses.png"))
+
+        # A 3,000-character error line wraps: the job page stays as wide as the window,
+        # and the traceback keeps its line breaks.
+        page.goto(f"{server}/jobs/{long_error}")
+        expect(page.locator("pre.detail")).to_contain_text("Traceback")
+        assert _fits(page)
+        lines = page.evaluate("document.querySelector('pre.detail').innerText.split('\\n').length")
+        assert lines >= 3
+
+        # A phone: no page scrolls sideways.
+        phone = browser.new_context(
+            http_credentials={"username": USER, "password": PASSWORD},
+            viewport={"width": 390, "height": 844},
+            is_mobile=True,
+        )
+        small = phone.new_page()
+        small.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        for path in ("/", "/jobs", f"/jobs/{long_error}", "/dead", "/pauses"):
+            small.goto(server + path)
+            assert _fits(small), path
+        small.goto(server + "/")
+        small.screenshot(path=str(shots / "phone.png"))
+        phone.close()
         browser.close()
     job = client.get_job(dead)
     assert job is not None and job.status == "pending"

@@ -30,6 +30,7 @@ REPLICA_READS = {
     "web_pauses",
     "web_limits",
     "web_autoscaling",
+    "web_waiting",
     "get_job",
     "job_events",
     "unique_key_holder",

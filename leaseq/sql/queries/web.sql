@@ -59,4 +59,26 @@ SELECT count(*) FROM (
 ) AS capped;
 
 -- name: web_job_ordering_key
-SELECT ordering_key FROM {schema}.jobs WHERE id = %(id)s;
+-- The job page's extras models.Job does not carry: its ordering key, whether it waits on
+-- dependencies (pending but not claimable yet) or is blocked behind its key's head.
+SELECT ordering_key, waiting, blocked FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: web_dead_jobs
+-- One page of the dead list, newest first, keyset-paginated by id like web_jobs; the
+-- dead partial index holds every candidate, so even a deep page reads dead rows only.
+SELECT {_job_columns}
+FROM {schema}.jobs
+WHERE {_job_filter}
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: web_waiting_counts
+-- Jobs waiting on dependencies per queue (the waiting partial index): queue_stats counts
+-- them nowhere, neither ready nor scheduled.
+SELECT queue_name, count(*)
+FROM {schema}.jobs
+WHERE waiting
+GROUP BY queue_name
+ORDER BY queue_name
+LIMIT 1000;
