@@ -228,3 +228,48 @@ _cap_task("chaos.cap.limited")
 _cap_task("chaos.cap.flap")
 _cap_task("chaos.cap.queued", queue=CAP_QUEUE)
 _cap_task("chaos.cap.unique", queue=UNIQUE_QUEUE)
+
+#: The ledger the durable steps write to inside their step (no unique key: a step that ran
+#: twice shows as two rows).
+STEPS_TABLE = "chaos_steps"
+STEPS = ("reserve", "charge", "notify")
+
+
+def steps_ddl(schema: str) -> sql.Composed:
+    return sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {}.{} (job_id bigint NOT NULL, step text NOT NULL,"
+        " token bigint NOT NULL, written_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+    ).format(sql.Identifier(schema), sql.Identifier(STEPS_TABLE))
+
+
+@app.task(name="chaos.cap.steps", max_attempts=MAX_ATTEMPTS)
+async def chaos_steps(ctx: leaseq.JobContext, payload: Any) -> None:
+    """Three durable steps, each writing its ledger row through ctx.transaction() (which
+    commits with the step's record), with work between them: a fault between two steps
+    makes the next attempt start from the first step without a record."""
+    run = _Execution(ctx, payload)
+    query = sql.SQL("INSERT INTO {}.{} (job_id, step, token) VALUES (%s, %s, %s)").format(
+        sql.Identifier(app.schema), sql.Identifier(STEPS_TABLE)
+    )
+
+    def step(name: str) -> Any:
+        async def write() -> str:
+            async with ctx.transaction() as conn:
+                await conn.execute(query, (ctx.job_id, name, ctx.fencing_token))
+            return name
+
+        return write
+
+    try:
+        for name in STEPS:
+            for _ in range(run.steps):
+                ctx.progress()
+                await asyncio.sleep(run.step)
+            await ctx.step_async(name, step(name))
+        run.misbehave()
+        run.outcome = "returned"
+    except BaseException as exc:
+        run.failed(exc)
+        raise
+    finally:
+        run.finish()

@@ -14,12 +14,15 @@ import pytest
 from psycopg import sql
 
 import leaseq
+from tests.chaos.app import STEPS_TABLE
 from tests.chaos.caps.base import CapContext
 from tests.chaos.caps.batches import Batches
+from tests.chaos.caps.deadlines import Deadlines
 from tests.chaos.caps.deps import Dependencies
 from tests.chaos.caps.limits import TASK_LIMIT, Limits
 from tests.chaos.caps.results import Results
 from tests.chaos.caps.schedules import Schedules
+from tests.chaos.caps.steps import Steps
 from tests.chaos.caps.suite import CAPABILITIES
 from tests.chaos.caps.unique import UniqueKeys
 
@@ -51,6 +54,7 @@ def _job(conn: Any, ctx: CapContext, status: str = "pending", **cols: Any) -> in
 
 
 def test_a_clean_database_passes_every_sampled_check(ctx: CapContext, conn: Any) -> None:
+    Steps().setup(ctx)  # its ledger table
     for cls in CAPABILITIES:
         assert cls().sample(ctx, conn) == [], cls.name
 
@@ -148,3 +152,42 @@ def test_a_result_from_a_stale_token_or_an_unfinished_job(ctx: CapContext, conn:
     found = Results().sample(ctx, conn)
     assert any(f"job {pending} is pending but has a result" in f for f in found), found
     assert any(f"job {done}: final token 3, result stored under 2/2" in f for f in found), found
+
+
+def test_a_superseded_job_claimed_again(ctx: CapContext, conn: Any) -> None:
+    job = _job(conn, ctx, "succeeded", unique_key="k", lease_token=2)
+    conn.execute(
+        sql.SQL("INSERT INTO {} (job_id, event, lease_token) VALUES (%s, 'superseded', 1)").format(
+            ctx.table("job_events")
+        ),
+        (job,),
+    )
+    ended = UniqueKeys().final(ctx, conn)
+    assert any(f"job {job} (key k) superseded under token 1" in f for f in ended), ended
+
+
+def test_a_step_that_ran_twice(ctx: CapContext, conn: Any) -> None:
+    caps = Steps()
+    caps.setup(ctx)
+    for token in (1, 2):
+        conn.execute(
+            sql.SQL("INSERT INTO {} (job_id, step, token) VALUES (7, 'charge', %s)").format(
+                ctx.table(STEPS_TABLE)
+            ),
+            (token,),
+        )
+    assert caps.sample(ctx, conn) == ["job 7: step charge ran 2 times (tokens [1, 2])"]
+
+
+def test_a_job_started_after_its_deadline(ctx: CapContext, conn: Any) -> None:
+    job = _job(
+        conn,
+        ctx,
+        "running",
+        payload='{"cap": "expires"}',
+        started_at=dt.datetime(2026, 1, 1, 0, 0, 5, tzinfo=dt.UTC),
+        expires_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    )
+    assert Deadlines().sample(ctx, conn) == [
+        f"job {job} is running, started 0:00:05 after its deadline"
+    ]

@@ -1,4 +1,4 @@
-"""The chaos run, bounded for CI: 2,000 plain jobs and every capability's workload
+"""The chaos run, bounded for CI: 1,000 plain jobs and every capability's workload
 (tests/chaos/caps/), 3 worker processes, a 30 s window of seeded faults (kill -9, SIGSTOP
 past the lease, pg_terminate_backend, PostgreSQL restarts, a shutdown's release, dropped,
 stalled and half-open connections), then the invariant checks of tests/chaos/harness.py and
@@ -46,7 +46,7 @@ def _seeds() -> list[int]:
 
 
 def _ci_config(seed: int) -> ChaosConfig:
-    return ChaosConfig(seed=seed, jobs=2000, workers=3, concurrency=12, seconds=30.0)
+    return ChaosConfig(seed=seed, jobs=1000, workers=3, concurrency=12, seconds=30.0)
 
 
 @pytest.mark.slow

@@ -71,6 +71,10 @@ class CapContext:
             **extra,
         }
 
+    def count(self, per_second: float, least: int = 10) -> int:
+        """How many jobs (or groups) a workload spreads over the window."""
+        return max(least, round(per_second * self.seconds))
+
     def at(self, share: float) -> dt.datetime:
         """The instant ``share`` (0..1) of the way through the window."""
         return self.start + dt.timedelta(seconds=self.seconds * share)

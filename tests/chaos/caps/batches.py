@@ -18,7 +18,7 @@ import leaseq
 from tests.chaos.caps.base import Capability, CapContext
 
 TASK = "chaos.cap"
-BATCHES = 60
+PER_SECOND = 1.0
 
 
 class Batches(Capability):
@@ -35,7 +35,8 @@ class Batches(Capability):
         rng = ctx.rng(self.name)
         client = ctx.client()
         try:
-            for b in range(BATCHES):
+            batches = ctx.count(PER_SECOND)
+            for b in range(batches):
                 on = {
                     kind: cb.sig(ctx.payload(rng, cap="batchcb", expect=kind), max_attempts=25)
                     for kind in ("on_success", "on_failure", "on_finish")
@@ -49,7 +50,7 @@ class Batches(Capability):
                 for _ in range(rng.randint(3, 6)):
                     roll = rng.random()
                     mode = "poison" if roll < 0.03 else "flaky" if roll < 0.15 else "ok"
-                    due = ctx.at(0.85 * (b + rng.random()) / BATCHES)
+                    due = ctx.at(0.85 * (b + rng.random()) / batches)
                     payload = ctx.payload(rng, mode=mode, long_share=0.1, cap="batch")
                     specs.append(
                         leaseq.JobSpec(TASK, payload, run_at=due, max_attempts=25, batch_id=batch)

@@ -19,7 +19,7 @@ import leaseq
 from tests.chaos.caps.base import Capability, CapContext
 
 TASK = "chaos.cap"
-GROUPS = 80
+PER_SECOND = 1.5  # groups
 
 
 class Dependencies(Capability):
@@ -33,12 +33,13 @@ class Dependencies(Capability):
         rng = ctx.rng(self.name)
         client = ctx.client()
         try:
-            for g in range(GROUPS):
+            groups = ctx.count(PER_SECOND)
+            for g in range(groups):
                 specs = []
                 for _ in range(rng.randint(1, 4)):
                     roll = rng.random()
                     mode = "poison" if roll < 0.04 else "flaky" if roll < 0.15 else "ok"
-                    due = ctx.at(0.85 * (g + rng.random()) / GROUPS)
+                    due = ctx.at(0.85 * (g + rng.random()) / groups)
                     payload = ctx.payload(rng, mode=mode, long_share=0.1, cap="deps", role="parent")
                     specs.append(leaseq.JobSpec(TASK, payload, run_at=due, max_attempts=25))
                 ids = [int(r) for r in client.enqueue_many(specs)]

@@ -16,7 +16,7 @@ import leaseq
 from tests.chaos.caps.base import Capability, CapContext
 
 TASK = "chaos.cap.result"
-JOBS = 400
+PER_SECOND = 8.0
 
 
 class Results(Capability):
@@ -25,18 +25,19 @@ class Results(Capability):
     def enqueue(self, ctx: CapContext) -> None:
         rng = ctx.rng(self.name)
         specs = []
-        for i in range(JOBS):
+        jobs = ctx.count(PER_SECOND)
+        for i in range(jobs):
             mode = "flaky" if rng.random() < 0.1 else "ok"
             payload = ctx.payload(rng, mode=mode, long_share=0.15, cap="results")
             specs.append(
-                leaseq.JobSpec(TASK, payload, run_at=ctx.at(0.9 * i / JOBS), max_attempts=25)
+                leaseq.JobSpec(TASK, payload, run_at=ctx.at(0.9 * i / jobs), max_attempts=25)
             )
         client = ctx.client()
         try:
             client.enqueue_many(specs)
         finally:
             client.close()
-        self.counts["jobs"] = JOBS
+        self.counts["jobs"] = jobs
 
     def _rows(self, ctx: CapContext, conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
         return conn.execute(
@@ -66,8 +67,8 @@ class Results(Capability):
             self.counts[f"jobs_{status}"] += 1
             if status == "succeeded" and stored is None:
                 bad.append(f"succeeded job {job} has no stored result")
-        if len(rows) != JOBS:
-            bad.append(f"{JOBS} result jobs enqueued, {len(rows)} found")
+        if len(rows) != self.counts["jobs"]:
+            bad.append(f"{self.counts['jobs']} result jobs enqueued, {len(rows)} found")
         returned = {(ex.job, ex.token) for ex in ctx.executions() if ex.outcome == "returned"}
         for job, status, token, _stored, _value in rows:
             if status == "succeeded" and (job, token) not in returned:

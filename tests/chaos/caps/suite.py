@@ -20,10 +20,12 @@ import psycopg
 
 from tests.chaos.caps.base import Capability, CapContext
 from tests.chaos.caps.batches import Batches
+from tests.chaos.caps.deadlines import Deadlines
 from tests.chaos.caps.deps import Dependencies
 from tests.chaos.caps.limits import Limits
 from tests.chaos.caps.results import Results
 from tests.chaos.caps.schedules import Schedules
+from tests.chaos.caps.steps import Steps
 from tests.chaos.caps.unique import UniqueKeys
 
 #: One entry per capability; a new capability is a module with a Capability subclass here.
@@ -34,6 +36,8 @@ CAPABILITIES: tuple[type[Capability], ...] = (
     Dependencies,
     Batches,
     Results,
+    Steps,
+    Deadlines,
 )
 
 MAX_KEPT = 20  # violations kept per check (all are counted)

@@ -8,8 +8,9 @@ running), then gives the lease back with ``release``, the statement of a shutdow
 Sampled: at most one live job per key that is not superseded, i.e. at most one *pending*
 job per key, every pending keyed job is its key's holder (a superseded job never becomes
 pending again: not by a retry, a sweep nor a shutdown's release), and every key row held
-by a live job points at a live job of that key. End: no key still held by a live job, and
-each key's last accepted version ran to success (nothing lost)."""
+by a live job points at a live job of that key. End: no key still held by a live job, no
+superseded job ever claimed again, and each key's last accepted version ran to success
+(nothing lost)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,24 @@ class UniqueKeys(Capability):
             )
         ).fetchall()
         bad += [f"key {k} still held by job {j} after the run" for k, j in held]
+        # A superseded job is never claimed again: a later token means it went back to
+        # pending (a release, a retry or a sweep revived it) and ran beside its follow-up.
+        revived = conn.execute(
+            sql.SQL(
+                "SELECT e.job_id, e.unique_key, e.lease_token, j.lease_token,"
+                " (SELECT string_agg(x.event, ',' ORDER BY x.id) FROM {e} AS x"
+                "  WHERE x.job_id = e.job_id AND x.id > e.id)"
+                " FROM (SELECT e.*, j.unique_key FROM {e} AS e JOIN {j} AS j ON j.id = e.job_id"
+                "       WHERE e.event = 'superseded') AS e"
+                " JOIN {j} AS j ON j.id = e.job_id WHERE j.lease_token > e.lease_token"
+            ).format(e=ctx.table("job_events"), j=ctx.table("jobs"))
+        ).fetchall()
+        self.counts["superseded_claimed_again"] = len(revived)
+        bad += [
+            f"job {job} (key {key}) superseded under token {then}, claimed again up to token "
+            f"{now} (events after: {after})"
+            for job, key, then, now, after in revived
+        ]
         rows = conn.execute(
             sql.SQL(
                 "SELECT unique_key, status::text, (payload->>'v')::int, last_error_code, count(*)"
