@@ -18,7 +18,7 @@ import leaseq
 from tests.chaos.caps.base import Capability, CapContext
 
 TASK = "chaos.cap"
-PER_SECOND = 1.0
+PER_SECOND = 0.6
 
 
 class Batches(Capability):

@@ -19,7 +19,7 @@ import leaseq
 from tests.chaos.caps.base import Capability, CapContext
 
 TASK = "chaos.cap"
-PER_SECOND = 6.0
+PER_SECOND = 3.0
 
 
 class Deadlines(Capability):
@@ -32,7 +32,7 @@ class Deadlines(Capability):
         for i in range(jobs):
             mode = "flaky" if rng.random() < 0.15 else "ok"
             due = ctx.at(0.9 * i / jobs)
-            expires = due + dt.timedelta(seconds=rng.uniform(0.5, 15.0))
+            expires = due + dt.timedelta(seconds=rng.uniform(1.0, 20.0))
             payload = ctx.payload(rng, work=(0.05, 0.3), long_share=0.05, mode=mode, cap="expires")
             specs.append(
                 leaseq.JobSpec(TASK, payload, run_at=due, expires=expires, max_attempts=25)
@@ -76,6 +76,16 @@ class Deadlines(Capability):
                 bad.append(f"job {job} ended {status} ({code})")
             elif expired:
                 bad.append(f"job {job} succeeded but has {expired} 'expired' event(s)")
+        ((p50, p90),) = conn.execute(
+            sql.SQL(
+                "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY x),"
+                " percentile_disc(0.9) WITHIN GROUP (ORDER BY x) FROM (SELECT"
+                " extract(epoch FROM finished_at - available_at) * 1000 AS x FROM {}"
+                " WHERE payload->>'cap' = 'expires' AND status = 'succeeded') AS t"
+            ).format(ctx.table("jobs"))
+        )
+        self.counts["due_to_done_ms_p50"] = round(p50 or 0)
+        self.counts["due_to_done_ms_p90"] = round(p90 or 0)
         if len(rows) != self.counts["jobs"]:
             bad.append(f"{self.counts['jobs']} jobs with a deadline enqueued, {len(rows)} found")
         self.counts.update(outcomes)

@@ -19,7 +19,7 @@ import leaseq
 from tests.chaos.caps.base import Capability, CapContext
 
 TASK = "chaos.cap"
-PER_SECOND = 1.5  # groups
+PER_SECOND = 1.0  # groups
 
 
 class Dependencies(Capability):

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from tests.chaos.app import CAP_QUEUE
+from tests.chaos.app import CAP_QUEUE, LIMITED_QUEUE
 from tests.chaos.caps.base import Capability, CapContext
 
 TASK_LIMIT = ("task:chaos.cap.limited", 3)
@@ -26,7 +26,7 @@ TENANTS = ("a", "b", "c")
 #: The tasks under a limit, with the concurrency their jobs share.
 TASKS = {
     "chaos.cap.limited": TASK_LIMIT[1],
-    "chaos.cap": KEY_FAMILY[1] * len(TENANTS),
+    "chaos.cap.tenant": KEY_FAMILY[1] * len(TENANTS),
     "chaos.cap.queued": QUEUE_LIMIT[1],
     "chaos.cap.flap": FLAP[1],
 }
@@ -54,10 +54,9 @@ class Limits(Capability):
             n = max(10, int(LOAD * ctx.seconds * concurrency / (sum(WORK) / 2)))
             for i in range(n):
                 opts: dict[str, Any] = {"run_at": ctx.at(0.9 * i / n), "max_attempts": 25}
-                if task == "chaos.cap":
+                if task == "chaos.cap.tenant":
                     opts["limit_key"] = f"chaos-tenant:{TENANTS[i % len(TENANTS)]}"
-                if task == "chaos.cap.queued":
-                    opts["queue"] = CAP_QUEUE
+                opts["queue"] = CAP_QUEUE if task == "chaos.cap.queued" else LIMITED_QUEUE
                 mode = "flaky" if rng.random() < 0.05 else "ok"
                 payload = ctx.payload(rng, work=WORK, long_share=0.02, mode=mode, cap="limits")
                 specs.append(leaseq.JobSpec(task, payload, **opts))

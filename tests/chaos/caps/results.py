@@ -16,7 +16,7 @@ import leaseq
 from tests.chaos.caps.base import Capability, CapContext
 
 TASK = "chaos.cap.result"
-PER_SECOND = 8.0
+PER_SECOND = 4.0
 
 
 class Results(Capability):

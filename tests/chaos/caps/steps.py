@@ -19,7 +19,7 @@ from tests.chaos.app import STEPS, STEPS_TABLE, steps_ddl
 from tests.chaos.caps.base import Capability, CapContext
 
 TASK = "chaos.cap.steps"
-PER_SECOND = 4.0
+PER_SECOND = 2.0
 
 
 class Steps(Capability):

@@ -76,7 +76,7 @@ class UniqueKeys(Capability):
                 self.counts[res.outcome or "inserted"] += 1
             else:
                 self.counts[f"refused_{res.conflict_state}"] += 1
-            time.sleep(rng.uniform(0.01, 0.08))
+            time.sleep(rng.uniform(0.03, 0.12))
         if client is not None:
             client.close()
 
