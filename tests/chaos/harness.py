@@ -577,8 +577,8 @@ class ChaosRun:
         monotonic time the window starts at."""
         cfg = self.cfg
         rng = random.Random(f"{cfg.seed}:jobs")
-        # The capabilities enqueue after the plain jobs, dependencies one group at a time.
-        lead = 2.0 + cfg.jobs / 20000 + (3.0 + 0.03 * cfg.seconds if cfg.capabilities else 0.0)
+        # The capabilities enqueue after the plain jobs (batches: two statements each).
+        lead = 2.0 + cfg.jobs / 20000 + (3.0 + 0.02 * cfg.seconds if cfg.capabilities else 0.0)
         start_wall = time.time() + lead
         start = time.monotonic() + lead
         base = dt.datetime.fromtimestamp(start_wall, dt.UTC)

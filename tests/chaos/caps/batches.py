@@ -36,6 +36,7 @@ class Batches(Capability):
         client = ctx.client()
         try:
             batches = ctx.count(PER_SECOND)
+            specs, owner = [], []
             for b in range(batches):
                 on = {
                     kind: cb.sig(ctx.payload(rng, cap="batchcb", expect=kind), max_attempts=25)
@@ -46,7 +47,6 @@ class Batches(Capability):
                     on_failure=on["on_failure"],
                     on_finish=on["on_finish"],
                 )
-                specs = []
                 for _ in range(rng.randint(3, 6)):
                     roll = rng.random()
                     mode = "poison" if roll < 0.03 else "flaky" if roll < 0.15 else "ok"
@@ -55,7 +55,10 @@ class Batches(Capability):
                     specs.append(
                         leaseq.JobSpec(TASK, payload, run_at=due, max_attempts=25, batch_id=batch)
                     )
-                self.members[batch] = [int(r) for r in client.enqueue_many(specs)]
+                    owner.append(batch)
+            for job, batch in zip(client.enqueue_many(specs), owner, strict=True):
+                self.members.setdefault(batch, []).append(int(job))
+            for batch in self.members:
                 client.seal_batch(batch)
         finally:
             client.close()

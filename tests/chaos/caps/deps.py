@@ -30,39 +30,38 @@ class Dependencies(Capability):
         self.parents: dict[int, list[int]] = {}
 
     def enqueue(self, ctx: CapContext) -> None:
+        from tests.chaos.app import app
+
+        task = app.tasks[TASK]
         rng = ctx.rng(self.name)
+        groups = ctx.count(PER_SECOND)
+        shapes: list[int] = []
+        flows = []
+        for g in range(groups):
+            parents = []
+            for _ in range(rng.randint(1, 4)):
+                roll = rng.random()
+                mode = "poison" if roll < 0.04 else "flaky" if roll < 0.15 else "ok"
+                due = ctx.at(0.85 * (g + rng.random()) / groups)
+                payload = ctx.payload(rng, mode=mode, long_share=0.1, cap="deps", role="parent")
+                parents.append(task.sig(payload, run_at=due, max_attempts=25))
+            first = task.sig(ctx.payload(rng, cap="deps", role="dependent"), max_attempts=25)
+            second = task.sig(ctx.payload(rng, cap="deps", role="second"), max_attempts=25)
+            flows.append(leaseq.chain(leaseq.group(*parents), first, second))
+            shapes.append(len(parents))
         client = ctx.client()
         try:
-            groups = ctx.count(PER_SECOND)
-            for g in range(groups):
-                specs = []
-                for _ in range(rng.randint(1, 4)):
-                    roll = rng.random()
-                    mode = "poison" if roll < 0.04 else "flaky" if roll < 0.15 else "ok"
-                    due = ctx.at(0.85 * (g + rng.random()) / groups)
-                    payload = ctx.payload(rng, mode=mode, long_share=0.1, cap="deps", role="parent")
-                    specs.append(leaseq.JobSpec(TASK, payload, run_at=due, max_attempts=25))
-                ids = [int(r) for r in client.enqueue_many(specs)]
-                first = int(
-                    client.enqueue(
-                        TASK,
-                        ctx.payload(rng, cap="deps", role="dependent"),
-                        depends_on=ids,
-                        max_attempts=25,
-                    )
-                )
-                second = int(
-                    client.enqueue(
-                        TASK,
-                        ctx.payload(rng, cap="deps", role="second"),
-                        depends_on=[first],
-                        max_attempts=25,
-                    )
-                )
-                self.parents[first] = ids
-                self.parents[second] = [first]
+            ids: list[int] = []
+            for i in range(0, len(flows), 100):  # one transaction per 100 groups
+                ids += [int(r) for r in client.enqueue_flow(leaseq.group(*flows[i : i + 100]))]
         finally:
             client.close()
+        at = 0
+        for n in shapes:  # depth first: the parents, the dependent, the second step
+            parents, first, second = ids[at : at + n], ids[at + n], ids[at + n + 1]
+            self.parents[first] = parents
+            self.parents[second] = [first]
+            at += n + 2
         self.counts["dependents"] = len(self.parents)
 
     def sample(self, ctx: CapContext, conn: psycopg.Connection[Any]) -> list[str]:

@@ -54,6 +54,7 @@ class CapSuite:
         self.sampled: dict[str, dict[str, tuple[float, int]]] = {c.name: {} for c in self.caps}
         self.ended: dict[str, list[str]] = {}
         self.crashed: list[str] = []
+        self.enqueue_seconds: dict[str, float] = {}
         self._began = time.time()
 
     def setup(self) -> None:
@@ -62,7 +63,9 @@ class CapSuite:
 
     def enqueue(self) -> None:
         for cap in self.caps:
+            began = time.monotonic()
             cap.enqueue(self.ctx)
+            self.enqueue_seconds[cap.name] = time.monotonic() - began
 
     def start(self) -> None:
         """The producers and the sampler, from now until ``stop``."""
@@ -151,7 +154,8 @@ class CapSuite:
     def summary(self) -> list[str]:
         lines = [
             f"  capabilities: {self.samples} sampled instants every {self.interval:g}s "
-            f"({self.missed} missed while the server was unreachable)"
+            f"({self.missed} missed while the server was unreachable); enqueued in "
+            + " ".join(f"{k}={v:.1f}s" for k, v in self.enqueue_seconds.items() if v >= 0.05)
         ]
         for cap in self.caps:
             lines.append(f"    {cap.name}: {cap.figures()}")
