@@ -32,7 +32,7 @@ class Deadlines(Capability):
         for i in range(jobs):
             mode = "flaky" if rng.random() < 0.15 else "ok"
             due = ctx.at(0.9 * i / jobs)
-            expires = due + dt.timedelta(seconds=rng.uniform(1.0, 20.0))
+            expires = due + dt.timedelta(seconds=rng.uniform(2.0, 40.0))
             payload = ctx.payload(rng, work=(0.05, 0.3), long_share=0.05, mode=mode, cap="expires")
             specs.append(
                 leaseq.JobSpec(TASK, payload, run_at=due, expires=expires, max_attempts=25)
