@@ -233,23 +233,27 @@ class AdminOps(EndingOps):
             "reason": validate.bound_detail(reason),
         }
         total = 0
-        while done := self._purge_batch(params):
+        while (done := self._purge_batch(params)) is not None:
             total += done
-            if on_progress is not None:
+            if on_progress is not None and done:
                 on_progress(done)
         return total
 
-    def _purge_batch(self, params: dict[str, Any]) -> int:
+    def _purge_batch(self, params: dict[str, Any]) -> int | None:
+        """One batch; None when no candidate is left. A dead member of a batch not yet done
+        is kept (purge_jobs): it is passed over from then on (``skip``)."""
         with self._transaction() as conn:
             candidates = self._rows("replay_candidates", params, conn)
             if not candidates:
-                return 0
+                return None
             keys = self._lock_keys(conn, [key for _, key in candidates])
             ids = [job_id for job_id, _ in candidates]
-            purged = len(self._rows("purge_jobs", {**params, "ids": ids}, conn))
+            rows = self._rows("purge_jobs", {**params, "ids": ids}, conn)
+            purged = {int(row[0]) for row in rows}
+            params["skip"] = [*params["skip"], *(i for i in ids if i not in purged)]
             # A purged dead head no longer holds its key: the next job of the key may run.
             self._promote_keys(conn, keys)
-            return purged
+            return len(purged)
 
     def prune(
         self,

@@ -279,3 +279,55 @@ def test_a_task_limit_created_during_a_claim_leaves_no_slot_row_behind(
     # The task limit lowered to 1: with a slot row left behind it admitted nothing.
     client.set_limit("task:t", concurrency=1)
     assert [x.job_id for x in client.claim(worker="w", limit=5)] == [first]
+
+
+# -- 4: retention and purge while a batch is unfinished ---------------------------------------
+
+
+def _callbacks(dsn: str, schema: str) -> list[tuple[Any, ...]]:
+    return rows(
+        dsn,
+        "SELECT kind, (SELECT task FROM {s}.jobs WHERE id = job_id) FROM {s}.batch_callbacks",
+        schema,
+    )
+
+
+def _age_finished(dsn: str, schema: str) -> None:
+    """Retention's cut-off passed for every finished job (finished an hour ago)."""
+    run_sql(
+        dsn,
+        "UPDATE {s}.jobs SET finished_at = now() - interval '1 hour' WHERE finished_at IS NOT NULL",
+        schema,
+    )
+
+
+@pytest.mark.parametrize("ending", ["cancelled", "dead"])
+def test_a_batch_outliving_retention_fires_the_right_callback(
+    dsn: str, schema: str, client: leaseq.Client, ending: str
+) -> None:
+    """A member ends cancelled (or dead) while another still runs; retention (or a purge
+    of dead jobs) runs before the batch fires. Before the fix the ended member's row was
+    deleted, fire_batches counted the rows left, and the batch fired on_success with a
+    smaller total instead of on_failure."""
+    with client.batch(on_success=leaseq.Sig("report"), on_failure=leaseq.Sig("alert")) as b:
+        first, second = (int(i) for i in b.enqueue_many([{"task": "t"}, {"task": "t"}]))
+    if ending == "cancelled":
+        assert client.cancel(first)
+    (lease,) = client.claim(worker="w")
+    if ending == "dead":
+        assert lease.job_id == first
+        assert client.fail(lease, "BOOM", retryable=False)
+        (lease,) = client.claim(worker="w")
+    assert lease.job_id == second
+    _age_finished(dsn, schema)
+    pruned = client.prune(older_than=60)
+    purged = client.purge_dead(reason="cleanup", actor="test")
+    assert client.complete(lease)
+    assert _callbacks(dsn, schema) == [("failure", "alert")]
+    assert (pruned, purged) == (0, 0) and client.get_job(first) is not None
+    (callback,) = client.claim(worker="w")
+    assert callback.payload["total"] == 2 and callback.payload["succeeded"] == 1
+    # Once the batch fired, its members go with retention as any job does.
+    assert client.complete(callback)
+    _age_finished(dsn, schema)
+    assert client.prune(older_than=60) >= 2

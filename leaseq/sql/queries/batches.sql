@@ -6,6 +6,15 @@
 -- before it.
 
 
+-- name: _batch_keeps_it
+-- (A jobs row, unaliased.) Does an unfinished batch still count this job? fire_batches
+-- counts a batch's members from their rows, so retention (prune_finished) and purge_jobs
+-- keep the rows of members of batches not yet done: a cancelled or dead member pruned
+-- before the batch fired made it fire on_success with a smaller total. A batch only moves
+-- towards done, so a batch seen done here stays done; one seen unfinished keeps its rows.
+(batch_id IS NOT NULL
+ AND EXISTS (SELECT 1 FROM {schema}.batches AS kb WHERE kb.id = batch_id AND kb.state <> 'done'))
+
 -- name: create_batch
 INSERT INTO {schema}.batches (on_success, on_failure, on_finish)
 VALUES (%(on_success)s::jsonb, %(on_failure)s::jsonb, %(on_finish)s::jsonb)

@@ -128,6 +128,8 @@ WITH doomed AS (
   SELECT id, status, lease_token, attempt_count
   FROM {schema}.jobs
   WHERE {_job_filter} AND id = ANY(%(ids)s::bigint[])
+    -- A member of a batch not yet done stays until it fired (_batch_keeps_it).
+    AND NOT {_batch_keeps_it}
   ORDER BY id
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
@@ -159,6 +161,8 @@ WITH doomed AS (
   FROM {schema}.jobs
   WHERE status IN ('succeeded', 'cancelled')
     AND finished_at < now() - make_interval(secs => %(older_than)s)
+    -- A member of a batch not yet done stays until it fired (_batch_keeps_it).
+    AND NOT {_batch_keeps_it}
   ORDER BY finished_at
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
