@@ -19,6 +19,7 @@ from leaseq.ops.pauses import PauseOps
 from leaseq.ops.results import ResultOps
 from leaseq.ops.schedules import ScheduleOps
 from leaseq.ops.steps import StepOps
+from leaseq.ops.tokens import TokenOps
 from leaseq.ops.trace import TraceOps
 from leaseq.ops.web import WebOps
 from leaseq.params import notify_channel
@@ -40,6 +41,7 @@ class Client(
     WebOps,
     LimitOps,
     StepOps,
+    TokenOps,
 ):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 

@@ -2,7 +2,8 @@
 
 The client is its groups of operations combined (``leaseq.ops``: enqueue, the lease
 protocol, failures and the sweep, inspection, operator actions, pauses, schedules, limits,
-stored results, tracing contexts, the dashboard's reads, step records) over one base that
+stored results, tracing contexts, the dashboard's reads, step records,
+the HTTP API's tokens) over one base that
 owns the pool.
 ``leaseq/client.py`` (the sync ``Client``) is generated from this file, and each
 ``leaseq/ops/*_async.py`` to its sync twin, by ``tools/gen_sync.py``; a test fails when
@@ -23,6 +24,7 @@ from leaseq.ops.pauses_async import AsyncPauseOps
 from leaseq.ops.results_async import AsyncResultOps
 from leaseq.ops.schedules_async import AsyncScheduleOps
 from leaseq.ops.steps_async import AsyncStepOps
+from leaseq.ops.tokens_async import AsyncTokenOps
 from leaseq.ops.trace_async import AsyncTraceOps
 from leaseq.ops.web_async import AsyncWebOps
 from leaseq.params import notify_channel
@@ -44,6 +46,7 @@ class AsyncClient(
     AsyncWebOps,
     AsyncLimitOps,
     AsyncStepOps,
+    AsyncTokenOps,
 ):
     """Talks to one leaseq schema. Cheap to create; connects on first use.
 

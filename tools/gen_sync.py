@@ -70,6 +70,7 @@ INPUTS = (
     "leaseq/ops/trace_async.py",
     "leaseq/ops/web_async.py",
     "leaseq/ops/steps_async.py",
+    "leaseq/ops/tokens_async.py",
 )
 
 

@@ -9,9 +9,9 @@ stderr and a non-zero exit code, never as a traceback:
 
 The commands live in ``admin`` (migrate, prune, sweep, metrics, embedded), ``jobs``
 (enqueue, jobs, dead, replay, cancel, keys), ``status``, ``pauses``, ``schedules``,
-``limits``, ``scaling``, ``workflows`` (batches, waiting jobs), ``worker``, ``demo`` and
-``web`` (the dashboard); tables in ``render``; shared settings and parameter types in
-``settings``. None of them imports this module, so the package has no import cycle.
+``limits``, ``scaling``, ``tokens``, ``workflows`` (batches, waiting jobs), ``worker``,
+``demo`` and ``web`` (the dashboard); tables in ``render``; shared settings and parameter
+types in ``settings``. None of them imports this module, so the package has no import cycle.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import NoReturn
 import click
 import psycopg
 
-from leaseq.cli import admin, crypto, jobs, limits, pauses, scaling, workflows
+from leaseq.cli import admin, crypto, jobs, limits, pauses, scaling, tokens, workflows
 from leaseq.cli.demo import demo
 from leaseq.cli.schedules import schedules
 from leaseq.cli.settings import EXIT_FAILED, EXIT_USAGE, Settings
@@ -98,6 +98,7 @@ for _command in (
     *pauses.COMMANDS,
     *limits.COMMANDS,
     *scaling.COMMANDS,
+    *tokens.COMMANDS,
     *workflows.COMMANDS,
     schedules,
     worker,

@@ -82,6 +82,11 @@ def credentials(user: str | None, password_file: str | None) -> tuple[str, str] 
     help="File holding the basic auth password (or LEASEQ_WEB_PASSWORD).",
 )
 @click.option("--read-only", is_flag=True, help="Show everything, offer and accept no action.")
+@click.option(
+    "--api-only",
+    is_flag=True,
+    help="Serve only the HTTP API (/api/v1/, bearer tokens), not the dashboard.",
+)
 @click.option("--base-path", default="", help="Prefix a reverse proxy serves the dashboard under.")
 @click.option(
     "--allowed-host",
@@ -109,14 +114,16 @@ def web(
     user: str | None,
     password_file: str | None,
     read_only: bool,
+    api_only: bool,
     base_path: str,
     allowed_hosts: tuple[str, ...],
     trust_forwarded: bool,
     timeout: float,
 ) -> None:
-    """Serve the web dashboard: queues, jobs, dead jobs, replay, pauses."""
+    """Serve the web dashboard (queues, jobs, dead jobs, replay, pauses) and the HTTP API
+    under /api/v1/ (bearer tokens from `leaseq tokens create`)."""
     login = credentials(user, password_file)
-    if login is None and not is_loopback(host):
+    if login is None and not is_loopback(host) and not api_only:
         raise ConfigError(
             f"refusing to serve the dashboard on {host} without authentication: set "
             "LEASEQ_WEB_USER and LEASEQ_WEB_PASSWORD (or --user and --password-file), "
@@ -134,6 +141,7 @@ def web(
 
         from leaseq.client_async import AsyncClient
         from leaseq.web import BasicAuth, create_app
+        from leaseq.web.api import create_api, with_api
         from leaseq.web.security import check_base_path, secret_from_env
     except ImportError:
         raise ConfigError(MISSING_EXTRA) from None
@@ -152,7 +160,14 @@ def web(
         read_dsn=settings.read_dsn,
     )
     client.web_timeout_ms = int(timeout * 1000)
-    app = create_app(
+    api = create_api(client, allowed_hosts=hosts, trust_forwarded=trust_forwarded)
+    if api_only:
+        click.echo(f"leaseq web: http://{host}:{port}/api/v1/ (the HTTP API only)", err=True)
+        uvicorn.run(
+            with_api(None, api), host=host, port=port, log_level="warning", proxy_headers=False
+        )
+        return
+    dashboard = create_app(
         client,
         auth=BasicAuth(*login) if login else None,
         read_only=read_only,
@@ -165,4 +180,5 @@ def web(
     mode = " (read-only)" if read_only else ""
     who = f", basic auth user {login[0]}" if login else ", no auth: loopback only"
     click.echo(f"leaseq web: http://{host}:{port}{base_path}/{mode}{who}", err=True)
+    app = with_api(dashboard, api, close_client=client)
     uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False)

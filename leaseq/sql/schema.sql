@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 22
+-- schema version: 23
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -39,7 +39,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (19, 'expires'),
   (20, 'sql_api'),
   (21, 'invariants'),
-  (22, 'autoscaling');
+  (22, 'autoscaling'),
+  (23, 'api_tokens');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled'
@@ -1024,6 +1025,40 @@ SELECT queue_name AS queue, claimable, running, oldest_wait, paused, concurrency
                min_workers),
              coalesce(max_workers, 2147483647)) AS suggested_workers
 FROM counted;
+
+-- The HTTP API's tokens (only their hashes) and its audit trail (migration 0023,
+-- docs/http-api.md).
+CREATE TABLE {schema}.api_tokens (
+  name text PRIMARY KEY,
+  token_hash text NOT NULL UNIQUE,
+  scopes text[] NOT NULL,
+  -- NULL: every queue.
+  queues text[],
+  created_by text,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  revoked_at timestamptz,
+  last_used_at timestamptz,
+  CONSTRAINT api_tokens_name_bounded CHECK (length(name) BETWEEN 1 AND 128),
+  CONSTRAINT api_tokens_scopes_known CHECK (
+    cardinality(scopes) > 0
+    AND scopes <@ ARRAY['enqueue', 'read', 'cancel', 'replay', 'signal']::text[]),
+  CONSTRAINT api_tokens_by_bounded CHECK (length(created_by) <= 200)
+);
+
+CREATE TABLE {schema}.api_requests (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  at timestamptz NOT NULL DEFAULT now(),
+  actor text NOT NULL,
+  method text NOT NULL,
+  path text NOT NULL,
+  status integer NOT NULL,
+  detail text,
+  CONSTRAINT api_requests_path_bounded CHECK (length(path) <= 2000),
+  CONSTRAINT api_requests_detail_bounded CHECK (length(detail) <= 4000)
+);
+
+-- The trail by time (an operator deleting old rows reads it oldest first).
+CREATE INDEX api_requests_at_idx ON {schema}.api_requests (at);
 
 -- The SQL API (migration 0020, docs/sql-api.md): enqueue, enqueue_many, job_state,
 -- job_result, cancel, and their helpers. The copies of the client's statements are

@@ -21,7 +21,6 @@ from starlette.staticfiles import StaticFiles
 from leaseq.client_async import AsyncClient
 from leaseq.errors import DatabaseUnavailable, LeaseqError
 from leaseq.web.actions import Actions, RefusalPage
-from leaseq.web.api import api_routes
 from leaseq.web.context import HERE, Web, make_templates
 from leaseq.web.extras import extra_routes
 from leaseq.web.guard import Guard
@@ -143,7 +142,6 @@ def create_app(
         post("/pauses/resume", "resume", actions.resume, pauses_refusal),
         *schedule_routes,
         *extra_routes(web),
-        *api_routes(web),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 

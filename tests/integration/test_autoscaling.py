@@ -2,11 +2,10 @@
 (backlog, running, scheduled, blocked and waiting jobs, a pause, a queue limit, the
 setting's bounds), the KEDA postgresql scaler's query exactly as docs/autoscaling.md
 gives it, and the HTTP endpoint that docs/autoscaling.md's metrics-api scaler reads (the
-real Starlette app, its guard and authentication), plus ``leaseq scaling``."""
+real Starlette app, its guard and a bearer token), plus ``leaseq scaling``."""
 
 from __future__ import annotations
 
-import base64
 import pathlib
 import re
 import subprocess
@@ -28,10 +27,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from leaseq.web import BasicAuth, create_app
+from leaseq.web.api import create_api, with_api
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "autoscaling.md"
-AUTH = {"authorization": "Basic " + base64.b64encode(b"ops:s3cret").decode()}
 
 
 def _backlog(client: leaseq.Client) -> None:
@@ -104,21 +102,21 @@ def test_the_metrics_api_endpoint_of_the_docs(client: leaseq.Client, dsn: str, s
     location = re.search(r'valueLocation: "(\w+)"', text)
     assert url is not None and location is not None
     _backlog(client)
-    app = create_app(
-        leaseq.AsyncClient(dsn, schema=schema), auth=BasicAuth("ops", "s3cret"), close_client=True
-    )
+    token = client.create_token("keda", scopes=["read"], queues=["emails", "idle"])
+    auth = {"authorization": f"Bearer {token}"}
+    app = with_api(None, create_api(leaseq.AsyncClient(dsn, schema=schema), close_client=True))
     with TestClient(app) as tc:
         assert tc.get(url.group(1)).status_code == 401
-        answer = tc.get(url.group(1), headers=AUTH)
+        answer = tc.get(url.group(1), headers=auth)
         assert answer.status_code == 200
         assert answer.headers["content-type"] == "application/json"
         assert answer.json()[location.group(1)] == 3
         assert answer.json()["claimable"] == 24
-        idle = tc.get("/api/v1/autoscaling/idle", headers=AUTH).json()
+        idle = tc.get("/api/v1/autoscaling/idle", headers=auth).json()
         assert (idle["queue"], idle["suggested_workers"]) == ("idle", 0)
-        every = tc.get("/api/v1/autoscaling", headers=AUTH).json()
+        every = tc.get("/api/v1/autoscaling", headers=auth).json()
         assert [q["queue"] for q in every["queues"]] == ["emails"]
-        assert tc.get("/api/v1/autoscaling/bad%20name", headers=AUTH).status_code == 400
+        assert tc.get("/api/v1/autoscaling/other", headers=auth).status_code == 403
 
 
 def test_leaseq_scaling_commands(client: leaseq.Client, dsn: str, schema: str) -> None:
