@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="plain jobs only (no unique keys, limits, schedules, dependencies, batches, results)",
     )
+    parser.add_argument(
+        "--isolation",
+        choices=("read committed", "repeatable read", "serializable"),
+        default=None,
+        help="the database's default_transaction_isolation for the run (default: the server's)",
+    )
     parser.add_argument("--drain-timeout", type=float, default=300.0)
     parser.add_argument("--keep", action="store_true", help="keep logs even when all is well")
     parser.add_argument("--dir", type=pathlib.Path, default=None, help="where the run lives")
@@ -91,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         long_share=args.long_share,
         strict_window=args.strict_window,
         capabilities=not args.no_capabilities,
+        isolation=args.isolation,
         drain_timeout=args.drain_timeout,
         keep=args.keep,
         base_dir=args.dir,

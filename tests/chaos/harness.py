@@ -141,6 +141,9 @@ class ChaosConfig:
     #: Run every capability's workload beside the plain jobs, sampled and checked
     #: (tests/chaos/caps/).
     capabilities: bool = True
+    #: The database's default_transaction_isolation for the run (None: the server's,
+    #: read committed): leaseq must hold every invariant whatever it is.
+    isolation: str | None = None
     #: Also hold whole executions to the bound, counting the time a stale handler stays
     #: blocked inside its fenced transaction (see the README's duplicate-execution promise).
     strict_window: bool = False
@@ -173,6 +176,7 @@ class ChaosConfig:
             f"--long-share {self.long_share:g}"
         )
         command += "" if self.capabilities else " --no-capabilities"
+        command += f" --isolation '{self.isolation}'" if self.isolation else ""
         return command + (" --strict-window" if self.strict_window else "")
 
 
@@ -571,6 +575,13 @@ class ChaosRun:
             client.close()
         with self._connect() as conn:
             conn.execute(effects_ddl(SCHEMA))
+            if cfg_isolation := self.cfg.isolation:
+                ((db,),) = conn.execute("SELECT current_database()")
+                conn.execute(
+                    sql.SQL("ALTER DATABASE {} SET default_transaction_isolation = {}").format(
+                        sql.Identifier(db), sql.Literal(cfg_isolation)
+                    )
+                )
 
     def _enqueue(self) -> float:
         """Store every job, due evenly over the first 90% of the window; returns the
@@ -639,9 +650,11 @@ class ChaosRun:
             "15",
             "--prefetch",
             str(cfg.prefetch),
+            # Slots are split by weight between queues that have work: the limited queues
+            # always have some (held back by their limits), the plain jobs need the most.
             "--queue",
-            "default",
-            *(arg for queue in CAP_QUEUES for arg in ("--queue", queue)),
+            "default=6",
+            *(arg for queue in CAP_QUEUES for arg in ("--queue", f"{queue}=2")),
         )
         worker = WorkerProcess(
             self.proxies[slot].dsn(self.dsn), SCHEMA, *args, log_dir=self.logs, app=APP
