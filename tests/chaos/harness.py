@@ -379,7 +379,8 @@ class ChaosReport:
         lines = [
             f"chaos seed={cfg.seed} schedule={self.fingerprint} jobs={cfg.jobs} "
             f"workers={cfg.workers}x{cfg.concurrency} lease={cfg.lease:g}s "
-            f"sweep={cfg.sweep:g}s window={cfg.seconds:g}s",
+            f"sweep={cfg.sweep:g}s window={cfg.seconds:g}s"
+            + (f" isolation={cfg.isolation}" if cfg.isolation else ""),
             f"  faults scheduled {sum(self.scheduled.values())}: {counts(self.scheduled)}",
             f"  faults applied   {sum(self.applied.values())}: {counts(self.applied)}"
             + (f" (skipped: {counts(self.skipped)})" if self.skipped else ""),
