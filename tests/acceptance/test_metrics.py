@@ -227,12 +227,14 @@ def test_json_logs_carry_job_fields_and_no_payload(
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
     jobs = [r for r in records if r["logger"] == "leaseq.jobs"]
-    assert {r["level"] for r in jobs} == {"debug", "info"}
+    # Attempts at debug; a job that ends dead (or is retried) at warning, naming its task.
+    assert {r["level"] for r in jobs} == {"debug", "warning"}
     for record in jobs:
         assert {"job_id", "task", "queue", "attempt", "token", "time"} <= record.keys()
     assert "do-not-log-me" not in result.stderr
     dead = [r for r in jobs if r.get("status") == "dead"]
     assert dead and dead[0]["error_code"] == "RuntimeError"
+    assert dead[0]["level"] == "warning" and dead[0]["task"] == "always_fails"
     assert rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE status = 'dead'", schema) == [(1,)]
 
 
