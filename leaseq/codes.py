@@ -57,3 +57,5 @@ class ErrorCode(StrEnum):
     STEP_RESULT_INVALID = "STEP_RESULT_INVALID"
     #: The job was not started by its start deadline (expires=): it ended cancelled, unrun.
     EXPIRED = "EXPIRED"
+    #: ``ctx.wait_for`` waited its whole timeout and the signal never came (uncaught).
+    WAIT_TIMEOUT = "WAIT_TIMEOUT"

@@ -136,6 +136,9 @@ class Job(Printable):
     unknown_failures: int = 0
     idempotency_key: str | None = None
     unique_key: str | None = None
+    #: A suspended job's reason ('sleep', 'signal') and wake-up time (docs/durable.md).
+    suspend_reason: str | None = None
+    wake_at: dt.datetime | None = None
     #: Why part of the stored row could not be read (e.g. a payload nested too deeply for
     #: Python); the unreadable part is shown as None. None when everything was read.
     unreadable: str | None = None
@@ -331,3 +334,14 @@ class StepRecord(Printable):
     lease_token: int
     recorded_at: dt.datetime
     result: Any
+
+
+@dataclass(frozen=True)
+class SuspendedStats(Printable):
+    """Suspended jobs of one queue for one reason (``sleep``, ``signal``): how many, and
+    how many seconds the most overdue wake-up is late (0: none is due)."""
+
+    queue: str
+    reason: str | None
+    count: int
+    overdue: float

@@ -17,6 +17,8 @@ class JobStatus(enum.StrEnum):
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    #: Sleeping or waiting for a signal (ctx.sleep, ctx.wait_for): no lease, no slot.
+    SUSPENDED = "suspended"
 
     @property
     def terminal(self) -> bool:
@@ -38,6 +40,7 @@ class Transition(NamedTuple):
 
 _P, _R, _S = JobStatus.PENDING, JobStatus.RUNNING, JobStatus.SUCCEEDED
 _D, _C = JobStatus.DEAD, JobStatus.CANCELLED
+_Z = JobStatus.SUSPENDED
 
 #: Every transition the queue may make, named as the trail names it. The SQL in
 #: ``leaseq/sql/queries/`` writes the events; the stateful test checks every stored event against
@@ -83,6 +86,14 @@ TRANSITIONS: frozenset[Transition] = frozenset(
         # whose dependency ended dead or cancelled under the "cancel" policy ends cancelled.
         (_P, "promoted", _P),
         (_P, "dependency_failed", _C),
+        # Durable sleep and signals: a running job gives its lease back to wait (not a
+        # failure: the attempt is not charged); the claim wakes it when due, a signal it
+        # waits for wakes it at once; an operator cancels it at once, like a pending job.
+        (_R, "suspended", _Z),
+        (_Z, "woken", _P),
+        (_Z, "signalled", _P),
+        (_Z, "cancelled", _C),
+        (_Z, "superseded", _Z),
     )
 )
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from leaseq.cli.durable import durable_fields, durable_lines, jobs_signal
 from leaseq.cli.render import age, emit_json, table
 from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
 from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
@@ -122,6 +123,9 @@ def jobs() -> None:
     """Inspect single jobs."""
 
 
+jobs.add_command(jobs_signal)
+
+
 def _job_lines(job: Job) -> list[str]:
     fields = job.as_dict()
     payload = json.dumps(shown(fields.pop("payload")), default=str)
@@ -147,6 +151,7 @@ def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
     effects = reader.job_effects(job_id)
     holder = reader.unique_key_holder(job_id)
     flow = workflow_fields(reader, job_id)
+    durable = durable_fields(reader, job_id)
     if as_json:
         emit_json(
             {
@@ -155,6 +160,7 @@ def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
                 **flow,
                 "events": [e.as_dict() for e in events],
                 "effects": [f.as_dict() for f in effects],
+                **durable,
             }
         )
         return
@@ -197,6 +203,8 @@ def jobs_show(settings: Settings, job_id: int, as_json: bool) -> None:
             for f in effects
         ]
         click.echo(table(["effect", "status", "attempt", "token", "started", "error"], effect_rows))
+    for line in durable_lines(durable):
+        click.echo(line)
 
 
 @click.group()

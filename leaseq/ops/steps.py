@@ -1,8 +1,9 @@
 # Generated from leaseq/ops/steps_async.py by tools/gen_sync.py. Do not edit by hand:
 # change the async source and run `python tools/gen_sync.py`.
-"""Durable steps' records (``ctx.step``, leaseq.worker.steps): read a job's records, and
-write one more under the fence, in the caller's transaction when it gives one (the step's
-own database work commits with its record, or not at all).
+"""Durable execution's operations (docs/durable.md): step records (``ctx.step``, read a
+job's records and write one more under the fence, in the caller's transaction when it gives
+one), the suspension of a running job at a sleep or a wait (``ctx.sleep``, ``ctx.wait_for``,
+leaseq.worker.waits) and the signals sent to jobs (``signal``).
 
 The synchronous twin of ``leaseq/ops/steps_async.py``; see that file for the logic.
 """
@@ -15,8 +16,14 @@ from typing import Any
 from psycopg import Connection
 
 from leaseq import validate
-from leaseq.models import Lease, StepRecord
+from leaseq.errors import JobNotFound
+from leaseq.models import Lease, StepRecord, SuspendedStats
 from leaseq.ops.payloads import PayloadOps
+from leaseq.rules.durable import WaitDecision, decide_wait
+
+#: What a wait point found: the decision, or "lost" (the lease ended), or "cancel" (an
+#: operator asked for the job to be cancelled), and the delivered signal's payload.
+WaitOutcome = tuple[WaitDecision | str, Any]
 
 
 class StepOps(PayloadOps):
@@ -58,3 +65,124 @@ class StepOps(PayloadOps):
             "result": self._seal_value(lease.task, text, "effect"),
         }
         return bool(self._rows("step_record", params, connection))
+
+    def _fence(self, lease: Lease) -> dict[str, Any]:
+        return {"id": lease.job_id, "owner": lease.owner, "token": lease.token}
+
+    def timer_record(
+        self,
+        lease: Lease,
+        name: str,
+        seq: int,
+        *,
+        seconds: float | None = None,
+        until: float | None = None,
+    ) -> tuple[bool, float | None]:
+        """Record a sleeping or waiting step with its wake-up time (``until``, epoch
+        seconds, or now + ``seconds`` on the database clock; neither: no timeout), under
+        the fence. (False, None) when nothing was recorded (the lease is lost)."""
+        params = {
+            **self._fence(lease),
+            "attempt": lease.attempt,
+            "name": name,
+            "seq": seq,
+            "seconds": seconds,
+            "until": until,
+        }
+        rows = self._rows("timer_record", params)
+        if not rows:
+            return False, None
+        return True, None if rows[0][0] is None else float(rows[0][0])
+
+    def wait_point(
+        self, lease: Lease, *, record: str, until: float | None, signal: str | None
+    ) -> WaitOutcome:
+        """At a sleep or a wait: under the job's row lock (so no signal's send can slip
+        between), deliver the awaited signal into the step's record, record the timeout,
+        go on (a sleep that is due), or suspend the job — in one transaction."""
+        with self._transaction() as conn:
+            fenced = self._rows("suspend_fence", self._fence(lease), conn)
+            if not fenced:
+                return "lost", None
+            now, cancel = fenced[0]
+            if cancel:
+                return "cancel", None
+            sent = []
+            if signal is not None:
+                sent = self._rows("signal_get", {"id": lease.job_id, "name": signal}, conn)
+            decision = decide_wait(now=float(now), until=until, signal=signal, sent=bool(sent))
+            payload = self._open(sent[0][0], "signal") if sent else None
+            if decision is WaitDecision.DELIVER or decision is WaitDecision.TIMEOUT:
+                outcome: dict[str, Any] = {"until": until, "signal": signal}
+                if decision is WaitDecision.DELIVER:
+                    outcome["payload"] = payload
+                else:
+                    outcome["timeout"] = True
+                text = validate.encode_payload(outcome, self.payload_limit)
+                params = {
+                    "id": lease.job_id,
+                    "name": record,
+                    "token": lease.token,
+                    "result": self._seal_value(lease.task, text, "effect"),
+                }
+                self._rows("step_result_set", params, conn)
+            elif decision is WaitDecision.SUSPEND:
+                params = {
+                    **self._fence(lease),
+                    "reason": "signal" if signal is not None else "sleep",
+                    "until": until,
+                    "signal": signal,
+                    "detail": f"waits for signal {signal}" if signal else f"sleeps ({record})",
+                }
+                if not self._rows("suspend_job", params, conn):
+                    return "lost", None
+        return decision, payload
+
+    def signal(
+        self,
+        job_id: int | None,
+        signal: str,
+        payload: Any = None,
+        *,
+        unique_key: str | None = None,
+        actor: str | None = None,
+    ) -> bool:
+        """Send ``signal`` (with a JSON ``payload``) to a job, named by its id or, with
+        ``job_id=None``, by the ``unique_key`` its live job holds. Stored once per job and
+        name: True when this call stored it (and woke the job if it waited for it), False
+        when that signal was already sent or the job has finished. A job that does not wait
+        for it yet finds it when it does. Raises :class:`JobNotFound` for no such job."""
+        name = validate.check_name("signal", signal)
+        if job_id is None:
+            if unique_key is None:
+                raise JobNotFound("give a job id or a unique key")
+            found = self._rows("signal_job_by_key", {"unique_key": unique_key})
+            if not found:
+                raise JobNotFound(f"no live job holds unique key {unique_key!r}")
+            job_id = int(found[0][0])
+        with self._transaction() as conn:
+            rows = self._rows("signal_lock", {"id": job_id}, conn)
+            if not rows:
+                raise JobNotFound(f"job {job_id} not found")
+            status, task = rows[0]
+            if status in ("succeeded", "dead", "cancelled"):
+                return False
+            text = self._seal_value(
+                task, validate.encode_payload(payload, self.payload_limit), "signal"
+            )
+            params = {
+                "id": job_id,
+                "name": name,
+                "payload": text,
+                "actor": actor[:200] if actor else None,
+            }
+            ((stored, _woken),) = self._rows("signal_store", params, conn)
+        return bool(stored)
+
+    def job_signals(self, job_id: int) -> list[tuple[str, Any, Any, str | None]]:
+        """The signals sent to a job: (name, payload as stored, sent_at, actor)."""
+        return [(r[0], r[1], r[2], r[3]) for r in self._read("job_signals", {"id": job_id})]
+
+    def suspended_stats(self) -> list[SuspendedStats]:
+        """Suspended jobs by queue and reason, with the most overdue wake-up (seconds)."""
+        return [SuspendedStats(*r) for r in self._read("suspended_stats")]

@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 23
+-- schema version: 25
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -40,10 +40,12 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (20, 'sql_api'),
   (21, 'invariants'),
   (22, 'autoscaling'),
-  (23, 'api_tokens');
+  (23, 'api_tokens'),
+  (24, 'suspensions'),
+  (25, 'sql_api_refresh');
 
 CREATE TYPE {schema}.job_status AS ENUM (
-  'pending', 'running', 'succeeded', 'dead', 'cancelled'
+  'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
 );
 
 -- The seed's column names are kept (queue_name ... finished_at): tools and operators rely on
@@ -107,6 +109,11 @@ CREATE TABLE {schema}.jobs (
   queue_slot integer,
   -- The start deadline (version 19): never started after it; the sweep ends it EXPIRED.
   expires_at timestamptz,
+  -- Durable sleep and signals (version 24): why a suspended job waits ('sleep', 'signal'),
+  -- when it is due (set only while suspended; 'infinity': no timeout) and for which signal.
+  suspend_reason text,
+  wake_at timestamptz,
+  wait_signal text,
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
   CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
   -- A running job always has an owner and an expiry; no other state keeps either, so a
@@ -127,7 +134,9 @@ CREATE TABLE {schema}.jobs (
   CONSTRAINT jobs_only_pending_jobs_wait CHECK (NOT waiting OR status = 'pending'),
   -- Only a running job holds a queue slot: a path that forgot to clear it fails instead of
   -- leaking the slot.
-  CONSTRAINT jobs_queue_slot_running CHECK (queue_slot IS NULL OR status = 'running')
+  CONSTRAINT jobs_queue_slot_running CHECK (queue_slot IS NULL OR status = 'running'),
+  CONSTRAINT jobs_suspend_bounded CHECK (length(suspend_reason) <= 32
+                                         AND length(wait_signal) <= 128)
 );
 
 -- The claim reads this index in order and stops at LIMIT; only claimable pending rows live
@@ -1523,7 +1532,7 @@ WITH b AS (
          count(j.id) FILTER (WHERE j.status = 'succeeded') AS succeeded,
          count(j.id) FILTER (WHERE j.status = 'dead') AS dead,
          count(j.id) FILTER (WHERE j.status = 'cancelled') AS cancelled,
-         count(j.id) FILTER (WHERE j.status IN ('pending', 'running')) AS live
+         count(j.id) FILTER (WHERE j.status IN ('pending', 'running', 'suspended')) AS live
   FROM {schema}.batches AS b
   LEFT JOIN {schema}.jobs AS j ON j.batch_id = b.id
   WHERE b.id = ANY(p_ids::bigint[]) AND b.state = 'sealed'
@@ -1600,7 +1609,7 @@ WITH c AS MATERIALIZED (
              ORDER BY d.job_id DESC, d.depends_on DESC
            ) AS d
            JOIN {schema}.jobs AS p ON p.id = d.depends_on
-           WHERE p.status IN ('pending', 'running')
+           WHERE p.status IN ('pending', 'running', 'suspended')
          ) AS ready,
          CASE WHEN p_ended::bigint[] IS NULL THEN
            (SELECT d.depends_on || ' ended ' || p.status
@@ -2017,7 +2026,7 @@ WITH c AS MATERIALIZED (
              ORDER BY d.job_id DESC, d.depends_on DESC
            ) AS d
            JOIN {schema}.jobs AS p ON p.id = d.depends_on
-           WHERE p.status IN ('pending', 'running')
+           WHERE p.status IN ('pending', 'running', 'suspended')
          ) AS ready,
          CASE WHEN p_ended::bigint[] IS NULL THEN
            (SELECT d.depends_on || ' ended ' || p.status
@@ -2239,19 +2248,27 @@ ORDER BY k
   END IF;
   FOR v_row IN
 -- statement: cancel_job
-WITH upd AS (
-  UPDATE {schema}.jobs
-  SET status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
-      finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,
+WITH old AS (
+  SELECT id, status FROM {schema}.jobs
+  WHERE id = p_id AND status IN ('pending', 'running', 'suspended')
+  FOR UPDATE
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET status = CASE WHEN j.status = 'running' THEN j.status ELSE 'cancelled' END,
+      finished_at = CASE WHEN j.status = 'running' THEN j.finished_at ELSE now() END,
       waiting = false,
+      wake_at = NULL,
+      wait_signal = NULL,
       cancel_requested_at = CASE
-        WHEN status = 'running' THEN coalesce(cancel_requested_at, now())
-        ELSE cancel_requested_at
+        WHEN j.status = 'running' THEN coalesce(j.cancel_requested_at, now())
+        ELSE j.cancel_requested_at
       END
-  WHERE id = p_id AND status IN ('pending', 'running')
-  RETURNING id, status, lease_token, attempt_count, unique_key, unique_for, unique_states
+  FROM old
+  WHERE j.id = old.id
+  RETURNING j.id, j.status, old.status AS from_status, j.lease_token, j.attempt_count,
+            j.unique_key, j.unique_for, j.unique_states
 ), fin AS (
-  -- A pending job cancelled here lets its unique key go (or keeps it as a window).
+  -- A job cancelled here lets its unique key go (or keeps it as a window).
   SELECT * FROM upd WHERE status = 'cancelled' AND unique_key IS NOT NULL
 ), key_windows AS (
   UPDATE {schema}.unique_keys AS k
@@ -2271,8 +2288,7 @@ INSERT INTO {schema}.job_events
   (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
 SELECT id,
        CASE status WHEN 'cancelled' THEN 'cancelled' ELSE 'cancel_requested' END,
-       CASE status WHEN 'cancelled' THEN 'pending' ELSE 'running' END::{schema}.job_status,
-       status, p_actor, lease_token, attempt_count, p_reason
+       from_status, status, p_actor, lease_token, attempt_count, p_reason
 FROM upd
 RETURNING job_id, to_status::text
 -- end: cancel_job
@@ -2341,3 +2357,21 @@ RETURNS boolean LANGUAGE sql
 AS $fn$
 SELECT {schema}._api_cancel(job_id, actor, reason)
 $fn$;
+
+-- Durable sleep and signals (version 24, docs/durable.md): a suspended job holds no lease,
+-- slot or connection; wake_at (set only while suspended, 'infinity' for a wait without a
+-- timeout) is when the claim makes it pending again, through jobs_wake_idx; wait_signal
+-- names the signal it waits for; suspend_reason is 'sleep' or 'signal'.
+CREATE INDEX jobs_wake_idx ON {schema}.jobs (queue_name, wake_at) WHERE wake_at IS NOT NULL;
+
+-- Signals sent to jobs: one per job and name, kept until the job is deleted, so one sent
+-- before the job waits for it is found when it does.
+CREATE TABLE {schema}.job_signals (
+  job_id bigint NOT NULL,
+  name text NOT NULL,
+  payload jsonb,
+  sent_at timestamptz NOT NULL DEFAULT now(),
+  actor text,
+  PRIMARY KEY (job_id, name),
+  CONSTRAINT job_signals_name_bounded CHECK (length(name) <= 128 AND length(actor) <= 200)
+);

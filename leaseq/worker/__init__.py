@@ -1,5 +1,6 @@
 """The worker runtime: claim, run outside any transaction, renew, report."""
 
+from leaseq.worker.aborts import JobSuspended
 from leaseq.worker.config import QueueSettings, WorkerConfig, default_worker_id
 from leaseq.worker.context import JobAborted, JobContext, LeaseLost
 from leaseq.worker.effects import (
@@ -9,6 +10,8 @@ from leaseq.worker.effects import (
     UncertainEffect,
 )
 from leaseq.worker.runner import Worker, WorkerStats, run_worker
+from leaseq.worker.steps import StepError
+from leaseq.worker.waits import WaitTimeout
 
 __all__ = [
     "EffectDecision",
@@ -16,9 +19,12 @@ __all__ = [
     "FencedTransaction",
     "JobAborted",
     "JobContext",
+    "JobSuspended",
     "LeaseLost",
     "QueueSettings",
+    "StepError",
     "UncertainEffect",
+    "WaitTimeout",
     "Worker",
     "WorkerConfig",
     "WorkerStats",

@@ -36,3 +36,10 @@ def aborted(lease: Lease, reason: str) -> JobAborted:
 
 def lease_lost(lease: Lease, what: str = "lease lost") -> LeaseLost:
     return LeaseLost(ErrorCode.LEASE_LOST, f"job {lease.job_id} (token {lease.token}): {what}")
+
+
+class JobSuspended(JobAborted):
+    """Raised by ``ctx.sleep`` / ``ctx.wait_for`` once the job is suspended: the lease is
+    given back and the handler runs again when the job wakes. Let it propagate (a handler
+    that swallows it changes nothing: the job is suspended, and the worker reports
+    nothing for this run)."""

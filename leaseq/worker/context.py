@@ -3,6 +3,7 @@ lease's health, and the doors to effects and fenced transactions (see effects.py
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,12 +30,21 @@ from leaseq.worker.steps import (
     run_step,
     run_step_async,
 )
+from leaseq.worker.waits import (
+    WaitTimeout,
+    run_sleep,
+    run_sleep_async,
+    run_wait,
+    run_wait_async,
+    sleep_name,
+    until_epoch,
+)
 
 if TYPE_CHECKING:
     from leaseq.client import Client
     from leaseq.client_async import AsyncClient
 
-__all__ = ["JobAborted", "JobContext", "JobServices", "LeaseLost"]
+__all__ = ["JobAborted", "JobContext", "JobServices", "LeaseLost", "WaitTimeout"]
 
 
 @dataclass
@@ -67,6 +77,7 @@ class JobContext:
         "_last_progress",
         "_services",
         "_steps",
+        "_suspended",
         "lease",
         "progress_note",
         "worker_id",
@@ -85,6 +96,7 @@ class JobContext:
         self._abort: str | None = None
         self._steps = StepBook()
         self._deadline: Callable[[], float] | None = None
+        self._suspended = False
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job_id} token={self.fencing_token} attempt={self.attempt}>"
@@ -174,7 +186,18 @@ class JobContext:
 
     def _step_site(self) -> StepSite:
         deadline = None if self._deadline is None else self._deadline()
-        return StepSite(self.lease, self._steps, self.abort, self._abort, deadline)
+        return StepSite(
+            self.lease, self._steps, self.abort, self._abort, deadline, self._mark_suspended
+        )
+
+    def _mark_suspended(self) -> None:
+        self._suspended = True
+
+    @property
+    def suspended(self) -> bool:
+        """True once a durable wait suspended the job: its lease is given back, and the
+        worker reports nothing for this run."""
+        return self._suspended
 
     def mark_started(self) -> None:
         self._last_progress = time.monotonic()
@@ -306,3 +329,64 @@ class JobContext:
             raise ConfigError("use `ctx.step(...)` in a sync handler")
         site = self._step_site()
         return await run_step_async(site, services.async_client, check_step_name(name), fn, args)
+
+    # -- durable sleep and signals (see leaseq/worker/waits.py) -------------------------
+
+    def _sync(self) -> Client:
+        services = self._require_services()
+        if services.sync_client is None:
+            raise ConfigError("use the *_async spelling (await ctx...) in an async handler")
+        return services.sync_client()
+
+    def _async(self) -> AsyncClient:
+        services = self._require_services()
+        if services.async_client is None:
+            raise ConfigError("use the spelling without _async in a sync handler")
+        return services.async_client
+
+    def sleep(self, seconds: float, *, name: str | None = None) -> None:
+        """Sleep durably (sync handlers): the first time, the wake-up time is fixed at now
+        + ``seconds`` (database clock) and the job is suspended — its lease, limit slots
+        and connection given back, the attempt not charged — until then; the handler then
+        runs again from the start, its finished steps answered from their records, and
+        goes on past this sleep. A step named ``name`` (default ``sleep-N``, N its place).
+        Raises :class:`JobSuspended` to stop the handler: let it propagate."""
+        seconds = checks.check_positive_seconds("seconds", seconds, 1e9)
+        site = self._step_site()
+        run_sleep(site, self._sync(), sleep_name(site, name), seconds=seconds, until=None)
+
+    async def sleep_async(self, seconds: float, *, name: str | None = None) -> None:
+        """:meth:`sleep` for async handlers."""
+        seconds = checks.check_positive_seconds("seconds", seconds, 1e9)
+        site = self._step_site()
+        name = sleep_name(site, name)
+        await run_sleep_async(site, self._async(), name, seconds=seconds, until=None)
+
+    def sleep_until(self, when: dt.datetime, *, name: str | None = None) -> None:
+        """:meth:`sleep` until an aware datetime (a time in the past goes on at once)."""
+        site = self._step_site()
+        run_sleep(site, self._sync(), sleep_name(site, name), seconds=None, until=until_epoch(when))
+
+    async def sleep_until_async(self, when: dt.datetime, *, name: str | None = None) -> None:
+        """:meth:`sleep_until` for async handlers."""
+        site = self._step_site()
+        name = sleep_name(site, name)
+        await run_sleep_async(site, self._async(), name, seconds=None, until=until_epoch(when))
+
+    def wait_for(self, signal: str, *, timeout: float | None = None) -> Any:
+        """Wait durably for ``signal`` (sync handlers; sent by ``client.signal``) and return
+        its payload. A signal sent before the wait is found at once; otherwise the job is
+        suspended (as by :meth:`sleep`) until the signal comes or ``timeout`` seconds
+        (fixed the first time) pass, which raises :class:`WaitTimeout`. The delivery is
+        recorded in the step ``wait:<signal>``: exactly once, and every rerun gets it."""
+        name = checks.check_name("signal", signal)
+        if timeout is not None:
+            timeout = checks.check_positive_seconds("timeout", timeout, 1e9)
+        return run_wait(self._step_site(), self._sync(), name, timeout)
+
+    async def wait_for_async(self, signal: str, *, timeout: float | None = None) -> Any:
+        """:meth:`wait_for` for async handlers."""
+        name = checks.check_name("signal", signal)
+        if timeout is not None:
+            timeout = checks.check_positive_seconds("timeout", timeout, 1e9)
+        return await run_wait_async(self._step_site(), self._async(), name, timeout)

@@ -357,6 +357,12 @@ class Executor:
     def _submit(self, running: Running, outcome: Lease | Failure) -> bool:
         """Hand the outcome to the completer; False when there is nothing to report."""
         lease, reason = running.lease, running.ctx.aborted
+        if running.ctx.suspended:
+            # A durable wait suspended the job in its own fenced transaction: the lease is
+            # given back already, whatever the handler did after (see worker/waits.py).
+            if jobs_log.isEnabledFor(logging.DEBUG):
+                jobs_log.debug("job %d suspended", lease.job_id, extra=job_fields(lease))
+            return False
         if reason is not None and not running.abort_counted:
             self.inflight.count_abort(running, reason)  # the handler's own ctx found it out
         if reason == ErrorCode.LEASE_LOST:

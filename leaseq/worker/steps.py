@@ -130,9 +130,10 @@ class StepSite:
     abort: Callable[[str], bool]
     aborted: str | None
     deadline: float | None
+    suspended: Callable[[], None] = lambda: None  # the job was suspended (a durable wait)
 
 
-def _may_run(site: StepSite, name: str) -> None:
+def may_run(site: StepSite, name: str) -> None:
     """A step's function never starts under a lease that surely ended: then another worker
     may own the job and may have recorded this very step already (a paused process
     resumed past its lease learns it here, before it acts)."""
@@ -160,7 +161,7 @@ def run_step(site: StepSite, client: Client, name: str, fn: Callable[..., Any], 
     active = book.active
     assert active is not None
     try:
-        _may_run(site, name)
+        may_run(site, name)
         value = _encoded(name, fn(*args), client.payload_limit)
     except BaseException as exc:
         book.failed(active)
@@ -193,7 +194,7 @@ async def run_step_async(
     active = book.active
     assert active is not None
     try:
-        _may_run(site, name)
+        may_run(site, name)
         value = fn(*args)
         if inspect.isawaitable(value):
             value = await value

@@ -38,6 +38,8 @@ REPLICA_READS = {
     "count_jobs",
     "job_effects",
     "job_steps",
+    "job_signals",
+    "suspended_stats",
     "queue_stats",
     "database_health",
     "blocked_keys",

@@ -59,7 +59,7 @@ WITH b AS (
          count(j.id) FILTER (WHERE j.status = 'succeeded') AS succeeded,
          count(j.id) FILTER (WHERE j.status = 'dead') AS dead,
          count(j.id) FILTER (WHERE j.status = 'cancelled') AS cancelled,
-         count(j.id) FILTER (WHERE j.status IN ('pending', 'running')) AS live
+         count(j.id) FILTER (WHERE j.status IN ('pending', 'running', 'suspended')) AS live
   FROM {schema}.batches AS b
   LEFT JOIN {schema}.jobs AS j ON j.batch_id = b.id
   WHERE b.id = ANY(%(ids)s::bigint[]) AND b.state = 'sealed'

@@ -120,6 +120,9 @@ coalesce(
 -- held makes the statement fail (unique_violation, nothing claimed). Any other limit makes
 -- it fail at once (claim_needs_admit, SQLSTATE LQ001, nothing locked yet). The client then
 -- claims with claim_limited_jobs, and keeps doing so for a while.
+--
+-- Suspended jobs of the queue that are due are woken first (_wake_due), for the next claim.
+WITH {_wake_due}
 UPDATE {schema}.jobs AS j
 SET {_claim_set},
     queue_slot = CASE WHEN {_limits_apply}
@@ -156,7 +159,7 @@ END)::bigint[])
 -- tokens; it also returns each one's queue slot, which the UPDATE writes. Without any limit
 -- that could apply it is the seed's claim, so a caller's transaction (the testing kit's
 -- drain) can always use this one: it never fails for a slot race of its own making.
-WITH pick AS MATERIALIZED (
+WITH {_wake_due}, pick AS MATERIALIZED (
   SELECT CASE WHEN NOT {_limits_apply}
            THEN ARRAY({_claim_candidates} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
          END AS ids,

@@ -69,7 +69,7 @@ WITH c AS MATERIALIZED (
              ORDER BY d.job_id DESC, d.depends_on DESC
            ) AS d
            JOIN {schema}.jobs AS p ON p.id = d.depends_on
-           WHERE p.status IN ('pending', 'running')
+           WHERE p.status IN ('pending', 'running', 'suspended')
          ) AS ready,
          CASE WHEN %(ended)s::bigint[] IS NULL THEN
            (SELECT d.depends_on || ' ended ' || p.status
@@ -199,7 +199,7 @@ SELECT j.id, j.queue_name, j.task, extract(epoch FROM now() - j.created_at)::flo
        (SELECT array_agg(d.depends_on ORDER BY d.depends_on)
           FROM {schema}.job_deps AS d
           JOIN {schema}.jobs AS p ON p.id = d.depends_on
-         WHERE d.job_id = j.id AND p.status IN ('pending', 'running'))
+         WHERE d.job_id = j.id AND p.status IN ('pending', 'running', 'suspended'))
 FROM {schema}.jobs AS j
 WHERE j.waiting
 ORDER BY j.created_at, j.id

@@ -23,13 +23,18 @@ WHERE job_id = %(id)s
 ORDER BY id;
 
 -- name: queues_have_work
--- Drain mode's stop test: both partial indexes answer it without touching history.
+-- Drain mode's stop test: the partial indexes answer it without touching history. A
+-- suspended job with a wake-up time is work to come (like a scheduled one); one waiting for
+-- a signal without a timeout is not (a drain would wait for it for ever).
 SELECT EXISTS (
   SELECT 1 FROM {schema}.jobs
   WHERE status = 'pending' AND queue_name = ANY(%(queues)s::text[])
 ) OR EXISTS (
   SELECT 1 FROM {schema}.jobs
   WHERE status = 'running' AND queue_name = ANY(%(queues)s::text[])
+) OR EXISTS (
+  SELECT 1 FROM {schema}.jobs
+  WHERE wake_at IS NOT NULL AND wake_at < 'infinity' AND queue_name = ANY(%(queues)s::text[])
 );
 
 -- name: held_jobs

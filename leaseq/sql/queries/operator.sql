@@ -2,29 +2,38 @@
 
 
 -- name: cancel_job
--- A pending job is cancelled at once; a running one gets a request its worker sees at the
--- next heartbeat (its lease stays valid, so the worker can still report honestly).
-WITH upd AS (
-  UPDATE {schema}.jobs
-  SET status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
-      finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,
+-- A pending or suspended job is cancelled at once; a running one gets a request its worker
+-- sees at the next heartbeat (its lease stays valid, so the worker can still report
+-- honestly). old: the status before (the event's from_status; a suspended job's wake-up
+-- time goes with it).
+WITH old AS (
+  SELECT id, status FROM {schema}.jobs
+  WHERE id = %(id)s AND status IN ('pending', 'running', 'suspended')
+  FOR UPDATE
+), upd AS (
+  UPDATE {schema}.jobs AS j
+  SET status = CASE WHEN j.status = 'running' THEN j.status ELSE 'cancelled' END,
+      finished_at = CASE WHEN j.status = 'running' THEN j.finished_at ELSE now() END,
       waiting = false,
+      wake_at = NULL,
+      wait_signal = NULL,
       cancel_requested_at = CASE
-        WHEN status = 'running' THEN coalesce(cancel_requested_at, now())
-        ELSE cancel_requested_at
+        WHEN j.status = 'running' THEN coalesce(j.cancel_requested_at, now())
+        ELSE j.cancel_requested_at
       END
-  WHERE id = %(id)s AND status IN ('pending', 'running')
-  RETURNING id, status, lease_token, attempt_count, unique_key, unique_for, unique_states
+  FROM old
+  WHERE j.id = old.id
+  RETURNING j.id, j.status, old.status AS from_status, j.lease_token, j.attempt_count,
+            j.unique_key, j.unique_for, j.unique_states
 ), fin AS (
-  -- A pending job cancelled here lets its unique key go (or keeps it as a window).
+  -- A job cancelled here lets its unique key go (or keeps it as a window).
   SELECT * FROM upd WHERE status = 'cancelled' AND unique_key IS NOT NULL
 ), {_unique_release}
 INSERT INTO {schema}.job_events
   (job_id, event, from_status, to_status, actor, lease_token, attempt, detail)
 SELECT id,
        CASE status WHEN 'cancelled' THEN 'cancelled' ELSE 'cancel_requested' END,
-       CASE status WHEN 'cancelled' THEN 'pending' ELSE 'running' END::{schema}.job_status,
-       status, %(actor)s, lease_token, attempt_count, %(reason)s
+       from_status, status, %(actor)s, lease_token, attempt_count, %(reason)s
 FROM upd
 RETURNING job_id, to_status::text;
 

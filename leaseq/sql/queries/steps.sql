@@ -9,6 +9,28 @@ FROM {schema}.job_steps
 WHERE job_id = %(id)s
 ORDER BY seq;
 
+-- name: timer_record
+-- A sleeping or waiting step's record, fenced as step_record: its wake-up time (epoch
+-- seconds, from the database clock: now() + %(seconds)s, or %(until)s as given; NULL: no
+-- timeout) is fixed the first time the step runs, and read back from the record on reruns.
+WITH fence AS (
+  SELECT id FROM {schema}.jobs
+  WHERE id = %(id)s
+    AND status = 'running'
+    AND lease_owner = %(owner)s
+    AND lease_token = %(token)s
+    AND lease_expires_at > now()
+  FOR SHARE
+)
+INSERT INTO {schema}.job_steps (job_id, name, seq, attempt, lease_token, result)
+SELECT fence.id, %(name)s, %(seq)s, %(attempt)s, %(token)s,
+       jsonb_build_object('until', coalesce(
+         %(until)s::float8,
+         date_part('epoch', now() + make_interval(secs => %(seconds)s::float8))))
+FROM fence
+ON CONFLICT DO NOTHING
+RETURNING (result->>'until')::float8;
+
 -- name: step_record
 -- Records a finished step, only while the lease holds, in the transaction of the step's own
 -- database work (ctx.transaction() inside the step) or a short one of its own. FOR SHARE
@@ -36,8 +58,10 @@ WHERE job_id = %(id)s
 ORDER BY seq;
 
 -- name: _steps_deleted
--- (CTE batch with an array ids: jobs this statement deletes.) Their step records go in
--- the same statement: retention and purge never leave a step without its job.
+-- (CTE batch with an array ids: jobs this statement deletes.) Their step records and
+-- signals go in the same statement: retention and purge never leave either without its job.
 steps_gone AS (
   DELETE FROM {schema}.job_steps AS s WHERE s.job_id = ANY((SELECT ids FROM batch)::bigint[])
+), signals_gone AS (
+  DELETE FROM {schema}.job_signals AS g WHERE g.job_id = ANY((SELECT ids FROM batch)::bigint[])
 )

@@ -1,0 +1,38 @@
+"""`leaseq jobs signal` and what `leaseq jobs show` says of a durable job, through the real
+command line: a signal by id and by unique key, each refusal one line."""
+
+from __future__ import annotations
+
+import json
+
+import leaseq
+from tests.acceptance.test_cli import run
+
+
+def test_jobs_signal_and_show(dsn: str, schema: str, client: leaseq.Client) -> None:
+    job_id = client.enqueue("t", unique_key="order-9")
+    out = run(dsn, schema, "jobs", "signal", str(job_id), "approved", "--payload", '{"by": "ada"}')
+    assert out.returncode == 0, out.stderr
+    assert f"job {job_id}: signal 'approved' sent by" in out.stdout
+    again = run(dsn, schema, "jobs", "signal", "--unique-key", "order-9", "approved", ok=False)
+    assert again.returncode == 1
+    assert again.stderr.strip().endswith("not stored (already sent, or job finished)")
+    assert "Traceback" not in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    other = run(dsn, schema, "jobs", "signal", "--unique-key", "order-9", "shipped")
+    assert other.returncode == 0, other.stderr
+    bad = run(dsn, schema, "jobs", "signal", str(job_id), "x", "--payload", "{nope", ok=False)
+    assert bad.returncode != 0 and "--payload is not JSON" in bad.stderr
+    missing = run(dsn, schema, "jobs", "signal", "999999999", "x", ok=False)
+    assert missing.returncode == 1 and "job 999999999 not found" in missing.stderr
+    (lease,) = client.claim(worker="w")
+    assert client.step_record(lease, "fetch", 0, {"rows": 3})
+    shown = run(dsn, schema, "jobs", "show", str(job_id))
+    assert shown.returncode == 0, shown.stderr
+    assert "steps:" in shown.stdout and "fetch" in shown.stdout
+    assert "signals:" in shown.stdout and "shipped" in shown.stdout
+    data = json.loads(run(dsn, schema, "jobs", "show", str(job_id), "--json").stdout)
+    assert [s["name"] for s in data["steps"]] == ["fetch"]
+    assert {g["name"]: g["payload"] for g in data["signals"]} == {
+        "approved": {"by": "ada"},
+        "shipped": None,
+    }

@@ -1,0 +1,64 @@
+"""Tasks for the durable sleep and signal crash tests: a step, a sleep or a wait for a
+signal, another step; each step writes one ledger row through ``ctx.transaction()`` and
+notes each run of its function in a file. The first attempt stops before the sleep or the
+wait until the test writes the go file (so the test can pause it, or lock its row first)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+from typing import Any
+
+from psycopg import sql
+
+import leaseq
+
+app = leaseq.App(retry_policy=leaseq.RetryPolicy(base=0.01, cap=0.05))
+
+
+def _hold(ctx: leaseq.JobContext, payload: dict[str, Any]) -> None:
+    if ctx.fencing_token != 1:
+        return
+    pathlib.Path(payload["dir"], "at").write_text("before the wait")
+    go = pathlib.Path(payload["dir"], "go")
+    while not go.exists():
+        ctx.progress()
+        time.sleep(0.05)
+
+
+def _step(ctx: leaseq.JobContext, payload: dict[str, Any], name: str, value: Any = None) -> Any:
+    def run() -> Any:
+        with pathlib.Path(payload["dir"], "calls").open("a") as calls:
+            calls.write(f"{name} {ctx.fencing_token} {os.getpid()}\n")
+        with ctx.transaction() as conn:
+            conn.execute(
+                sql.SQL("INSERT INTO {}.ledger VALUES (%s, %s, %s)").format(
+                    sql.Identifier(os.environ["LEASEQ_SCHEMA"])
+                ),
+                (ctx.job_id, name, ctx.fencing_token),
+            )
+        return value if value is not None else name
+
+    return ctx.step(name, run)
+
+
+@app.task(name="nap", store_result=True)
+def nap(ctx: leaseq.JobContext, payload: dict[str, Any]) -> Any:
+    try:
+        _step(ctx, payload, "one")
+        _hold(ctx, payload)
+        ctx.sleep(payload["seconds"], name="nap")
+        return _step(ctx, payload, "two")
+    except leaseq.JobAborted as exc:
+        if not isinstance(exc, leaseq.JobSuspended):
+            pathlib.Path(payload["dir"], "lost").write_text(str(exc))
+        raise
+
+
+@app.task(name="approve", store_result=True)
+def approve(ctx: leaseq.JobContext, payload: dict[str, Any]) -> Any:
+    _step(ctx, payload, "one")
+    _hold(ctx, payload)
+    decision = ctx.wait_for("go", timeout=120)
+    return _step(ctx, payload, "two", {"decision": decision})
