@@ -1,17 +1,14 @@
-"""Several hosts: workers in network namespaces of their own (made here with `ip netns` and
-veth pairs; link-local addresses, nothing leaves this machine) share one PostgreSQL. One
-host is cut off mid-run: its leases expire, the other host takes its jobs over, and the
-cut-off worker's late writes are refused."""
+"""Several hosts: workers in network namespaces of their own (tests/support/netns.py: `ip
+netns` and veth pairs; link-local addresses, nothing leaves this machine) share one
+PostgreSQL. One host is cut off mid-run: its leases expire, the other host takes its jobs
+over, and the cut-off worker's late writes are refused."""
 
 from __future__ import annotations
 
 import pathlib
-import secrets
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict
@@ -20,48 +17,17 @@ import leaseq
 from leaseq.owners import worker_of
 from tests.support.faults import FaultProxy
 from tests.support.helpers import rows
+from tests.support.netns import Host
+from tests.support.netns import hosts as netns_hosts
 from tests.support.procs import WorkerProcess, wait_for
-from tests.support.requires import missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.requires("root", "ip")]
 
 
-@dataclass
-class Host:
-    netns: str
-    link: str  # our end of its veth pair: down = the host is cut off
-    gateway: str  # our address as the host sees it
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
-
-
 @pytest.fixture()
 def hosts() -> Iterator[list[Host]]:
-    tag = secrets.token_hex(2)
-    made: list[Host] = []
-    try:
-        for i in range(2):
-            netns, ours, theirs = f"lq{tag}h{i}", f"lq{tag}o{i}", f"lq{tag}t{i}"
-            gateway, address = f"169.254.{231 + i}.1", f"169.254.{231 + i}.2"
-            try:
-                _ip("netns", "add", netns)
-            except (subprocess.CalledProcessError, FileNotFoundError) as exc:
-                missing(f"network namespaces not permitted here: {exc}")
-            made.append(Host(netns, ours, gateway))
-            _ip("link", "add", ours, "type", "veth", "peer", "name", theirs)
-            _ip("link", "set", theirs, "netns", netns)
-            _ip("addr", "add", f"{gateway}/30", "dev", ours)
-            _ip("link", "set", ours, "up")
-            _ip("netns", "exec", netns, "ip", "addr", "add", f"{address}/30", "dev", theirs)
-            _ip("netns", "exec", netns, "ip", "link", "set", theirs, "up")
-            _ip("netns", "exec", netns, "ip", "link", "set", "lo", "up")
+    with netns_hosts(2, subnet=231) as made:
         yield made
-    finally:
-        for host in made:
-            subprocess.run(["ip", "link", "del", host.link], capture_output=True, timeout=10)
-            subprocess.run(["ip", "netns", "del", host.netns], capture_output=True, timeout=10)
 
 
 def test_cut_off_host_loses_its_leases_and_its_late_writes_are_refused(
@@ -99,7 +65,7 @@ def test_cut_off_host_loses_its_leases_and_its_late_writes_are_refused(
             *args,
             "--no-listen",
             log_dir=tmp_path,
-            wrapper=("ip", "netns", "exec", hosts[0].netns),
+            wrapper=hosts[0].wrapper,
         ) as a:
             # Host A takes the slow jobs first.
             wait_for(
@@ -110,17 +76,17 @@ def test_cut_off_host_loses_its_leases_and_its_late_writes_are_refused(
                 30,
                 "host A to hold four leases",
             )
-            _ip("link", "set", hosts[0].link, "down")  # host A is cut off, mid-work
+            hosts[0].cut()  # host A is cut off, mid-work
             with WorkerProcess(
                 b_dsn,
                 schema,
                 *args,
                 "--drain",
                 log_dir=tmp_path,
-                wrapper=("ip", "netns", "exec", hosts[1].netns),
+                wrapper=hosts[1].wrapper,
             ) as b:
                 assert b.wait(120) == 0, b.output()
-            _ip("link", "set", hosts[0].link, "up")  # A comes back and tries to report
+            hosts[0].heal()  # A comes back and tries to report
             wait_for(lambda: "lease lost" in a.output(), 20, "host A to notice its lost leases")
             time.sleep(1.0)
             a.signal(signal.SIGTERM)

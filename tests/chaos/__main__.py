@@ -22,7 +22,10 @@ and a seeded schedule of switchovers and hard failovers (kill -9 of the primary'
 and postmaster), in asynchronous (default) or Patroni's synchronous mode; prints one line
 ``failover: jobs=… lost=… stale_success=… double_effects=… duplicates=… reappeared=…
 failovers=…`` and exits 1 if an invariant broke (tests/chaos/failover.py has the harness
-and the exact definitions).
+and the exact definitions). Round 2, as root: three nodes, synchronous_mode_strict, and a
+worker host that partitions cut off from the primary while it holds leases:
+
+    python -m tests.chaos failover --sync --strict --nodes 3 --host-workers 1 --minutes 10
 """
 
 from __future__ import annotations
@@ -131,7 +134,17 @@ def failover_main(argv: list[str]) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--sync", dest="sync", action="store_true", help="synchronous_mode")
     mode.add_argument("--async", dest="sync", action="store_false", help="asynchronous (default)")
+    parser.add_argument("--strict", action="store_true", help="synchronous_mode_strict (--sync)")
+    parser.add_argument("--nodes", type=int, default=2, help="PostgreSQL nodes (default 2)")
     parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument(
+        "--host-workers",
+        type=int,
+        default=0,
+        help="workers on a host of their own (a network namespace, root) that partitions "
+        "cut off from the primary",
+    )
+    parser.add_argument("--partition", type=float, default=12.0, help="partition seconds")
     parser.add_argument("--concurrency", type=int, default=8, help="per worker process")
     parser.add_argument("--lease", type=float, default=4.0, help="lease seconds")
     parser.add_argument("--drain-timeout", type=float, default=180.0)
@@ -140,13 +153,21 @@ def failover_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    if args.strict and not args.sync:
+        parser.error("--strict needs --sync")
+    if args.nodes < 2:
+        parser.error("--nodes must be at least 2")
     seconds = args.seconds if args.seconds is not None else (args.minutes or 2.0) * 60
     config = FailoverConfig(
         seed=args.seed if args.seed is not None else random.SystemRandom().randrange(2**31),
         jobs=args.jobs,
         seconds=seconds,
         synchronous=args.sync,
+        strict=args.strict,
+        nodes=args.nodes,
         workers=args.workers,
+        host_workers=args.host_workers,
+        partition=args.partition,
         concurrency=args.concurrency,
         lease=args.lease,
         drain_timeout=args.drain_timeout,

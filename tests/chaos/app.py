@@ -9,9 +9,10 @@ transaction, in a file per worker process (``exec-<pid>.log`` in the payload's `
 directory), written with one ``write(2)`` per line on an ``O_APPEND`` descriptor, so a line
 survives ``kill -9`` of the process right after it:
 
-``S <job> <token> <pid> <worker> <start>`` when the handler starts,
-``T <job> <token> <pid> <worker> <tx>`` when it enters the fenced transaction, and
-``E <job> <token> <pid> <worker> <start> <tx> <end> <outcome>`` when it stops, where ``tx``
+``S <job> <token> <pid> <owner> <start>`` when the handler starts,
+``T <job> <token> <pid> <owner> <tx>`` when it enters the fenced transaction, and
+``E <job> <token> <pid> <owner> <start> <tx> <end> <outcome>`` when it stops, where ``owner``
+is the claim's ``lease_owner`` (``<worker id>/<nonce>.<n>``: one per claim), ``tx``
 is when it entered the fenced transaction (``-`` if it never did) and ``outcome`` one of
 ``committed``, ``lease_lost`` (LeaseLost: the fence refused, or progress() said so),
 ``cancelled`` (the worker cancelled an async handler), ``retry`` / ``poison`` (raised on
@@ -107,7 +108,9 @@ class _Execution:
         self.tx: float | None = None
         self.outcome = "unknown"
         self.detail = ""
-        self.ident = (ctx.job_id, ctx.fencing_token, os.getpid(), ctx.worker_id)
+        # The claim's whole lease_owner (worker id, process nonce, claim number): it names
+        # one claim, so two executions under one token are told apart even in one process.
+        self.ident = (ctx.job_id, ctx.fencing_token, os.getpid(), ctx.lease.owner)
         _write_line(self.out, ("S", *self.ident, f"{self.start:.6f}"))
 
     def misbehave(self) -> None:

@@ -1,9 +1,9 @@
-"""A real Patroni cluster on loopback ports, for failover tests: one etcd member and two
-PostgreSQL nodes, each run by its own Patroni.
+"""A real Patroni cluster on loopback ports, for failover tests: one etcd member and two (or
+more) PostgreSQL nodes, each run by its own Patroni.
 
 ``PatroniCluster`` owns everything in a scratch directory of its own
 (``tests.support.scratch``): etcd (``/usr/bin/etcd``, free client and peer ports, its own
-data directory), and two nodes ``node0`` / ``node1``, each
+data directory), and nodes ``node0``, ``node1`` (``nodes=3``: and ``node2``), each
 a Patroni process (REST API on a free port) that bootstraps or clones a PostgreSQL data
 directory with the machine's server binaries (found as ``leaseq.dev._pgproc`` finds them) and
 runs it as the unprivileged server account when we are root. Failover settings are fast
@@ -14,7 +14,9 @@ Operations: :meth:`switchover` (Patroni's REST API: the old primary stops cleanl
 caught-up replica is promoted), :meth:`hard_failover` (``kill -9`` of the primary's
 Patroni, its postmaster and every backend, as if the node died: the leader key expires and
 the replica is promoted; then that node's Patroni is started again and rejoins as a
-replica), :meth:`set_synchronous` (Patroni's ``synchronous_mode``), :meth:`multi_host_dsn`.
+replica), :meth:`set_synchronous` (Patroni's ``synchronous_mode``; ``strict=True`` adds
+``synchronous_mode_strict``: with no synchronous standby the primary takes no writes at all,
+rather than falling back to asynchronous replication), :meth:`multi_host_dsn`.
 
 :meth:`close` (also on a failed start) kills every process whose working directory is inside
 the cluster's directory (Patroni, postmasters and their backends, etcd; found with psutil),
@@ -53,7 +55,7 @@ from tests.support.scratch import make_scratch
 HOST = "127.0.0.1"
 DATABASE = "leaseq"
 REPLICATOR = "replicator"
-NODES = ("node0", "node1")
+NODES = ("node0", "node1")  # the default two-node cluster's
 _START_TIMEOUT = 90.0
 
 #: Patroni's cluster-wide settings (kept in etcd); fast failover on a loaded machine.
@@ -94,9 +96,18 @@ class PatroniError(AssertionError):
 
 
 class PatroniCluster:
-    """etcd plus two Patroni-managed PostgreSQL nodes; see the module docstring."""
+    """etcd plus Patroni-managed PostgreSQL nodes; see the module docstring."""
 
-    def __init__(self, *, synchronous: bool = False, keep: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        synchronous: bool = False,
+        strict: bool = False,
+        nodes: int = 2,
+        keep: bool = False,
+    ) -> None:
+        self.nodes = tuple(f"node{i}" for i in range(nodes))
+        self._strict = strict
         self._bindir = find_bindir()
         self.base = make_scratch("lq-pat-")  # RAM-backed when there is room: etcd fsyncs
         self._user: ServerUser | None = server_user(self.base / "none")
@@ -106,8 +117,8 @@ class PatroniCluster:
         self.keep = keep  # leave the directory (logs) behind on close
         self.etcd_port = _port()
         self.etcd_peer_port = _port()
-        self.pg_ports = {name: _port() for name in NODES}
-        self.api_ports = {name: _port() for name in NODES}
+        self.pg_ports = {name: _port() for name in self.nodes}
+        self.api_ports = {name: _port() for name in self.nodes}
         self._etcd: subprocess.Popen[bytes] | None = None
         self._patroni: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[Any] = []
@@ -118,14 +129,15 @@ class PatroniCluster:
         """Start etcd and both nodes; returns once a leader takes writes and a replica
         streams from it (synchronously in synchronous mode), with the ``leaseq`` database."""
         self._start_etcd()
-        self._start_patroni(NODES[0])
+        self._start_patroni(self.nodes[0])
         leader = self.wait_leader()
         with psycopg.connect(self.dsn(leader, "postgres"), autocommit=True) as conn:
             if not conn.execute(
                 "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
             ).fetchone():
                 conn.execute(f"CREATE DATABASE {DATABASE}")
-        self._start_patroni(NODES[1])
+        for name in self.nodes[1:]:
+            self._start_patroni(name)
         if self._synchronous_at_start:
             self.set_synchronous(True)
         self.wait_healthy()
@@ -136,7 +148,7 @@ class PatroniCluster:
         try:
             for proc in self._patroni.values():
                 _kill(proc.pid)
-            for name in NODES:
+            for name in self.nodes:
                 self._kill_postgres(name)
             if self._etcd is not None:
                 _kill(self._etcd.pid)
@@ -175,9 +187,10 @@ class PatroniCluster:
 
     def multi_host_dsn(self) -> str:
         """Both nodes in one libpq DSN; libpq keeps the one that takes writes."""
-        ports = ",".join(str(self.pg_ports[name]) for name in NODES)
+        ports = ",".join(str(self.pg_ports[name]) for name in self.nodes)
+        hosts = ",".join(HOST for _ in self.nodes)
         return (
-            f"host={HOST},{HOST} port={ports} dbname={DATABASE} user={SUPERUSER} "
+            f"host={hosts} port={ports} dbname={DATABASE} user={SUPERUSER} "
             "connect_timeout=3 target_session_attrs=read-write"
         )
 
@@ -188,7 +201,7 @@ class PatroniCluster:
 
     def members(self) -> list[dict[str, Any]]:
         """Patroni's view of the cluster (``GET /cluster`` of any node that answers)."""
-        for name in NODES:
+        for name in self.nodes:
             with contextlib.suppress(OSError, ValueError):
                 found = self._api(name, "GET", "/cluster", timeout=2)
                 members: list[dict[str, Any]] = found.get("members", [])
@@ -213,8 +226,8 @@ class PatroniCluster:
         raise PatroniError(f"no writable leader in {timeout:.0f}s; {self._where()}")
 
     def wait_healthy(self, timeout: float = _START_TIMEOUT) -> str:
-        """Until there is a writable leader and the other node streams from it (as the
-        synchronous standby in synchronous mode); returns the leader."""
+        """Until there is a writable leader and every other node streams from it (one of
+        them as the synchronous standby in synchronous mode); returns the leader."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             members = self.members()
@@ -231,37 +244,46 @@ class PatroniCluster:
                 with contextlib.suppress(psycopg.Error):
                     with psycopg.connect(self.dsn(leader, "postgres"), autocommit=True) as c:
                         row = c.execute(
-                            "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
-                            " AND (NOT %s OR sync_state = 'sync')",
+                            "SELECT count(*) FILTER (WHERE state = 'streaming'),"
+                            " count(*) FILTER (WHERE state = 'streaming'"
+                            " AND (NOT %s OR sync_state = 'sync'))"
+                            " FROM pg_stat_replication",
                             (sync,),
                         ).fetchone()
-                    if row is not None and row[0] >= 1:
+                    if row is not None and row[0] >= len(self.nodes) - 1 and row[1] >= 1:
                         return leader
             time.sleep(0.2)
         raise PatroniError(f"cluster not healthy in {timeout:.0f}s; {self._where()}")
 
     def synchronous(self) -> bool:
-        leader = self.leader() or NODES[0]
+        leader = self.leader() or self.nodes[0]
         with contextlib.suppress(OSError, ValueError):
             return bool(self._api(leader, "GET", "/config").get("synchronous_mode"))
         return False
 
     def replica(self) -> str:
         leader = self.wait_leader()
-        return next(name for name in NODES if name != leader)
+        return next(name for name in self.nodes if name != leader)
 
     # -- operations ---------------------------------------------------------------------
 
     def set_synchronous(self, on: bool) -> None:
-        """Patroni's ``synchronous_mode``: every commit waits for the replica's flush."""
+        """Patroni's ``synchronous_mode``: every commit waits for the synchronous standby's
+        flush (and, when the cluster is ``strict``, for a standby to exist at all)."""
         leader = self.wait_leader()
-        self._api(leader, "PATCH", "/config", {"synchronous_mode": on})
+        change: dict[str, Any] = {"synchronous_mode": on}
+        if self._strict:
+            change["synchronous_mode_strict"] = on
+        self._api(leader, "PATCH", "/config", change)
 
     def switchover(self, timeout: float = _START_TIMEOUT) -> tuple[str, str]:
         """A managed switchover to the replica; returns (old, new) leader once the old one
         streams from the new one again."""
         old = self.wait_healthy()
-        new = next(name for name in NODES if name != old)
+        # In synchronous mode only the synchronous standby may take over.
+        wanted = "sync_standby" if self.synchronous() else "replica"
+        standbys = [str(m["name"]) for m in self.members() if m.get("role") == wanted]
+        new = standbys[0] if standbys else next(name for name in self.nodes if name != old)
         self._api(old, "POST", "/switchover", {"leader": old, "candidate": new}, timeout=60)
         deadline = time.monotonic() + timeout
         while self.leader() != new and time.monotonic() < deadline:
