@@ -93,8 +93,9 @@ class WorkerConfig:
     - ``stop_grace``: a sync handler the worker stopped (``max_runtime``, ``NO_PROGRESS``,
       a cancel, a lost lease, shutdown) gets an exception raised in its thread (the soft
       stop); one still running this many seconds later ends the whole process (the hard
-      stop, exit code 4) for its supervisor to replace. None: never (its thread runs on,
-      its lease renewed until it ends).
+      stop, exit code 4) for its supervisor to replace. The grace counts again from the end
+      of a database outage (a handler may be waiting for a connection, bounded by the
+      pool's 30 s). None: never (its thread runs on, its lease renewed until it ends).
     - ``op_timeout``: longest wait for one database statement before it counts as failed.
     - ``priority_aging``: every this many seconds a claimable job has waited, its priority
       rises by one (from its enqueue priority, capped at 32767); None: no aging.
@@ -134,7 +135,7 @@ class WorkerConfig:
         default=30.0, metadata=_cli("Seconds running jobs get to finish at shutdown.")
     )
     stop_grace: float | None = field(
-        default=10.0,
+        default=30.0,
         metadata=_cli(
             "Seconds a stopped sync handler gets to end before the process exits "
             "(hard stop), or 'never'.",

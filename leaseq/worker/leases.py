@@ -23,7 +23,7 @@ from leaseq.codes import ErrorCode
 from leaseq.worker.config import WorkerConfig
 from leaseq.worker.inflight import InFlight, Running
 from leaseq.worker.outage import TRANSIENT, Outage
-from leaseq.worker.stops import EXIT_HARD_STOP, exit_now
+from leaseq.worker.stops import EXIT_HARD_STOP, exit_now, postponed_hard_stop
 
 log = logging.getLogger("leaseq.worker")
 
@@ -82,7 +82,7 @@ class LeaseKeeper:
     def _check_deadlines(self, now: float) -> None:
         for running in self.inflight.all():
             if running.hard_stop_at is not None and running.hard_stop_at <= now:
-                self._hard_stop(running)
+                self._hard_stop_due(running, now)
             if not running.watched:
                 continue
             if running.deadline <= now:
@@ -93,6 +93,23 @@ class LeaseKeeper:
                 continue
             if task.max_runtime is not None and now - running.started_at > task.max_runtime:
                 self.inflight.abort(running, ErrorCode.MAX_RUNTIME_EXCEEDED)
+
+    def _hard_stop_due(self, running: Running, now: float) -> None:
+        """The grace is over, unless the database is out: a handler blocked in a database
+        call (its pool waiting for a connection) waits out the same outage as the worker,
+        and a new process could not connect either. Then the grace counts again from the
+        end of the outage."""
+        later = postponed_hard_stop(
+            now,
+            grace=self.config.stop_grace or 0.0,
+            database_down=self.outage.down,
+            outage_ended_at=self.outage.ended_at,
+            recheck=self.config.renew_every,
+        )
+        if later is None:
+            self._hard_stop(running)
+        else:
+            running.hard_stop_at = later
 
     def _hard_stop(self, running: Running) -> None:
         """A stopped sync handler outlived ``stop_grace``: end the process (see stops.py)."""

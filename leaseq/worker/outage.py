@@ -59,6 +59,8 @@ class Outage:
         self._since: float | None = None
         self._failures = 0
         self.outages = 0
+        #: Monotonic time the last outage ended (None: none yet).
+        self.ended_at: float | None = None
 
     @property
     def down(self) -> bool:
@@ -90,6 +92,7 @@ class Outage:
             )
             self._since = None
             self._failures = 0
+            self.ended_at = time.monotonic()
 
     def backoff(self) -> float:
         return self.backoff_after(self._failures)

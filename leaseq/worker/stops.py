@@ -9,7 +9,8 @@ running Python code stops there, one blocked in a C call (``time.sleep``, a sock
 stops when the call returns, and one that catches it and carries on does not stop at all.
 Until the thread has really ended its lease is renewed and nothing is reported under it, so
 the job is not offered to anyone else unless the lease expires. A thread still running
-``stop_grace`` seconds after its soft stop gets the *hard stop*: the process exits with
+``stop_grace`` seconds after its soft stop (or after the end of a database outage, if one
+came later: :func:`postponed_hard_stop`) gets the *hard stop*: the process exits with
 :data:`EXIT_HARD_STOP` and its supervisor starts a fresh one, the way Celery's hard time
 limit works; its other attempts end as on a crash (their leases expire).
 
@@ -106,6 +107,26 @@ class StopGate:
             _raise_in(self._ident, HandlerStopped)
             self.raised = True
             return True
+
+
+def postponed_hard_stop(
+    now: float,
+    *,
+    grace: float,
+    database_down: bool,
+    outage_ended_at: float | None,
+    recheck: float,
+) -> float | None:
+    """A hard stop has come due at ``now``: None to carry it out, else when to look again.
+
+    Not while the database is unreachable (look again in ``recheck`` seconds), nor within
+    ``grace`` of the end of the last outage: a handler blocked in a database call waits for
+    the same outage as the worker, and a new process could not connect either."""
+    if database_down:
+        return now + recheck
+    if outage_ended_at is not None and now < outage_ended_at + grace:
+        return outage_ended_at + grace
+    return None
 
 
 def exit_now(code: int = EXIT_HARD_STOP) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from leaseq.worker.stops import HandlerStopped, StopGate
+from leaseq.worker.stops import HandlerStopped, StopGate, postponed_hard_stop
 
 
 def _run(gate: StopGate, inside: threading.Event, seen: list[str]) -> None:
@@ -69,3 +69,16 @@ def test_a_stop_after_the_handler_returned_is_not_raised() -> None:
     assert gate.request() is False
     thread.join(10)
     assert seen == ["after"]
+
+
+def test_the_hard_stop_waits_out_a_database_outage_and_a_grace_after_it() -> None:
+    def due(now: float, down: bool = False, ended: float | None = None) -> float | None:
+        return postponed_hard_stop(
+            now, grace=30.0, database_down=down, outage_ended_at=ended, recheck=2.0
+        )
+
+    assert due(100.0) is None  # no outage: now
+    assert due(100.0, ended=10.0) is None  # an outage long before the stop
+    assert due(100.0, down=True, ended=10.0) == 102.0  # the database is out: look again
+    assert due(100.0, ended=90.0) == 120.0  # a grace from the outage's end
+    assert due(120.0, ended=90.0) is None
