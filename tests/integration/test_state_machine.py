@@ -1,9 +1,12 @@
 """A hypothesis state machine against a real schema: random interleavings of enqueue, claim,
 complete, fail, heartbeat, release, lease expiry, sweep, cancel, replay, skip, purge, prune,
-pause and resume, and a queue concurrency limit set, lowered and removed, by several virtual
-workers, with the invariants of DESIGN.md section 3 (the per-key order of README "Ordering
-and fairness", no claim of a paused scope, slots held = the running leases claimed under a
-limit) checked after every step.
+pause and resume, a queue concurrency limit set, lowered and removed, a task limit's slot
+rows, batches with callbacks and stored results, by several virtual workers, with the
+invariants of DESIGN.md section 3 (the per-key order of README "Ordering and fairness", no
+claim of a paused scope, slots held = the running leases claimed under a limit, at most one
+live job per unique key, a dependent promoted only after its dependencies, each batch's
+callback once and of the right kind, a stored result only from the final lease) checked
+after every step.
 
 Every stored event of every job is also checked against ``leaseq.states.TRANSITIONS``: each
 (event, from, to) must be in the table, and consecutive events must connect through the
@@ -68,6 +71,12 @@ Event = tuple[str, str | None, str | None, int | None, int | None]
 
 # Keyed jobs get their own task name, so a purge can be limited to jobs without a key.
 UNKEYED_TASK, KEYED_TASK = "sm.task", "sm.keyed"
+# Batch callbacks run on a queue of their own, outside the model (they are checked by
+# batches_fire_once): the rules claim, count and compare only the default queue.
+CALLBACK_TASK, CALLBACK_QUEUE = "sm.callback", "sm_callbacks"
+# A task limit no claim reaches (so the claim's prediction stays exact) that still makes the
+# claims of UNKEYED_TASK take slot rows while it exists.
+TASK_LIMIT = "task:" + UNKEYED_TASK
 # What pause/resume may name: the one queue every job is in, or one of the two tasks.
 PAUSE_SCOPES = (("queue", "default"), ("task", UNKEYED_TASK), ("task", KEYED_TASK))
 
@@ -179,6 +188,14 @@ class LeaseqMachine(RuleBasedStateMachine):
         self.queue_limit: int | None = None
         self.limit_cap = 0
         self.slotted: set[tuple[int, int]] = set()
+        self.task_slotted: set[tuple[int, int]] = set()
+        #: A task limit on UNKEYED_TASK is in force (its slot rows are in held_slots too).
+        self.task_limit = False
+        #: Batches: their members, and the callback each fired (kind), once fired.
+        self.batches: dict[int, list[int]] = {}
+        self.fired: dict[int, str] = {}
+        #: Stored results: job id -> the token of the lease that completed it.
+        self.results: dict[int, int] = {}
 
     def teardown(self) -> None:
         self.client.close()
@@ -365,6 +382,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             for job_id, due, task in self._query(
                 "SELECT id, available_at <= now(), task FROM {s}.jobs "
                 "WHERE status = 'pending' AND NOT blocked AND NOT waiting"
+                " AND queue_name = 'default'"
             )
         }
         ready = sum(claimable.values())
@@ -377,6 +395,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             )
             free = 0 if above else self.queue_limit - held
         got = self.client.claim(worker=worker, lease_seconds=LEASE_SECONDS, limit=limit)
+        slot_rows = self.task_limit and any(x.task == UNKEYED_TASK for x in got)
         # Everything ready before the call is still ready during it; back-offs may end meanwhile.
         assert min(limit, ready, free) <= len(got) <= min(limit, free), (ready, free, got)
         assert len({lease.job_id for lease in got}) == len(got)
@@ -408,9 +427,15 @@ class LeaseqMachine(RuleBasedStateMachine):
             job.attempts += 1
             job.expired = False
             self.issued[(lease.job_id, lease.token)] = lease
-            assert lease.limited == (self.queue_limit is not None), where
-            if lease.limited:
+            assert lease.limited == (self.queue_limit is not None or self.task_limit), where
+            if self.queue_limit is not None:
                 self.slotted.add((lease.job_id, lease.token))
+            # The task limit's slot row: reported by admit() (Lease.slot_rows), so the
+            # lease's end deletes it (issue 28, item 5).
+            under_task_limit = self.task_limit and lease.task == UNKEYED_TASK
+            assert lease.slot_rows == slot_rows, where
+            if under_task_limit:
+                self.task_slotted.add((lease.job_id, lease.token))
         return multiple(*got)
 
     def _check_dependencies_ended(self, job_id: int, job: JobModel) -> None:
@@ -488,7 +513,11 @@ class LeaseqMachine(RuleBasedStateMachine):
 
         def call() -> bool:
             if action == "complete":
-                return self.client.complete(lease)
+                # Every completion stores its lease's token as the result.
+                done = self.client.complete_many(
+                    [lease], results={lease.job_id: (str(lease.token), 60.0)}
+                )
+                return lease.job_id in done
             if action == "heartbeat":
                 return self.client.heartbeat(lease)
             if action == "release":
@@ -507,10 +536,15 @@ class LeaseqMachine(RuleBasedStateMachine):
             job.completions += 1
             job.status, job.owner = "succeeded", None
             self._finish_key(lease.job_id, "succeeded")
+            self.results[lease.job_id] = lease.token
         elif action == "release":
             job.attempts -= 1
-            job.events.append(("released", "running", "pending", job.token, job.attempts))
-            job.status, job.owner = "pending", None
+            if self._superseded(lease.job_id):  # its key moved on: it never runs again
+                job.events.append(("released", "running", "cancelled", job.token, job.attempts))
+                job.status, job.owner, job.last_error_code = "cancelled", None, "SUPERSEDED"
+            else:
+                job.events.append(("released", "running", "pending", job.token, job.attempts))
+                job.status, job.owner = "pending", None
         elif mode:
             to, code = _failure_outcome(job, mode), f"E_{mode.upper()}"
             if self._superseded(lease.job_id) and _failure_outcome(job, mode, False) == "pending":
@@ -716,11 +750,16 @@ class LeaseqMachine(RuleBasedStateMachine):
     @rule(error_code=st.sampled_from([None, "E_PERMANENT", "E_UNKNOWN", "LEASE_EXPIRED"]))
     def purge(self, error_code: str | None) -> None:
         """An operator deletes dead jobs without a key; each leaves a final 'purged' event."""
-        doomed = self._ids(
-            lambda j: (
-                j.status == "dead" and j.key is None and error_code in (None, j.last_error_code)
+        kept = self._unfired_members()
+        doomed = [
+            job_id
+            for job_id in self._ids(
+                lambda j: (
+                    j.status == "dead" and j.key is None and error_code in (None, j.last_error_code)
+                )
             )
-        )
+            if job_id not in kept  # a batch still counts it (issue 28, item 4)
+        ]
         deleted = self.client.purge_dead(
             reason="clean up", actor="op", task=UNKEYED_TASK, error_code=error_code
         )
@@ -738,6 +777,7 @@ class LeaseqMachine(RuleBasedStateMachine):
         present = {row[0] for row in self._query("SELECT id FROM {s}.jobs")}
         gone = set(self.model) - present
         assert deleted == len(gone)
+        assert not gone & self._unfired_members(), "pruned a member of an unfired batch"
         for job_id in gone:
             status = self.model.pop(job_id).status
             assert status in ("succeeded", "cancelled"), f"prune deleted {status} job {job_id}"
@@ -798,16 +838,95 @@ class LeaseqMachine(RuleBasedStateMachine):
         or was refused since; never more than the highest limit set, never a slot number
         twice (the primary key)."""
         slots = self._query("SELECT limit_name, slot, job_id, lease_token FROM {s}.held_slots")
-        held = {(job_id, token) for _, _, job_id, token in slots}
-        expected = {
-            (job_id, job.token)
-            for job_id, job in self.model.items()
-            if job.status == "running" and (job_id, job.token) in self.slotted
+        for name, claimed in (("queue:default", self.slotted), (TASK_LIMIT, self.task_slotted)):
+            mine = [(job_id, token) for n, _, job_id, token in slots if n == name]
+            expected = {
+                (job_id, job.token)
+                for job_id, job in self.model.items()
+                if job.status == "running" and (job_id, job.token) in claimed
+            }
+            assert set(mine) == expected, f"{name}: slots {sorted(mine)}, expected {expected}"
+            assert len(mine) == len(set(mine)), f"{name}: a lease holds two slots of it"
+        assert all(name in ("queue:default", TASK_LIMIT) for name, _, _, _ in slots), slots
+        queue_slots = [slot for name, slot, _, _ in slots if name == "queue:default"]
+        assert len(queue_slots) <= self.limit_cap
+        assert all(slot <= self.limit_cap for slot in queue_slots)
+
+    @rule(on=st.booleans())
+    def set_task_limit(self, on: bool) -> None:
+        """A task limit created or removed at any time: the claims of its task take slot
+        rows while it exists, and every path that ends those leases deletes them."""
+        if on:
+            self.client.set_limit(TASK_LIMIT, concurrency=1000, actor="op")
+        else:
+            assert self.client.remove_limit(TASK_LIMIT) == self.task_limit
+        self.task_limit = on
+
+    # -- batches -----------------------------------------------------------------------------
+
+    @precondition(lambda self: self._unfinished() < MAX_UNFINISHED)
+    @rule(target=jobs, attempts=st.lists(st.integers(1, 3), min_size=1, max_size=3))
+    def enqueue_batch(self, attempts: list[int]) -> Any:
+        """A sealed batch with success and failure callbacks (on a queue of their own)."""
+        callback = leaseq.Sig(CALLBACK_TASK, options={"queue": CALLBACK_QUEUE})
+        with self.client.batch(on_success=callback, on_failure=callback) as batch:
+            ids = batch.enqueue_many([{"task": UNKEYED_TASK, "max_attempts": m} for m in attempts])
+        members = [int(i) for i in ids]
+        for job_id, m in zip(members, attempts, strict=True):
+            assert job_id not in self.model
+            self.model[job_id] = JobModel(max_attempts=m)
+        self.batches[batch.id] = members
+        return multiple(*members)
+
+    def _unfired_members(self) -> set[int]:
+        return {m for b, members in self.batches.items() if b not in self.fired for m in members}
+
+    @invariant()
+    def batches_fire_once(self) -> None:
+        """A batch fires once, in the transition that ended its last member: on_success
+        when every member succeeded, on_failure otherwise, with the counts of its members
+        (none of them pruned or purged before that); never before, never twice."""
+        fired: dict[int, list[tuple[str, Any]]] = {}
+        for batch_id, kind, payload in self._query(
+            "SELECT c.batch_id, c.kind, j.payload FROM {s}.batch_callbacks AS c "
+            "LEFT JOIN {s}.jobs AS j ON j.id = c.job_id ORDER BY c.batch_id"
+        ):
+            fired.setdefault(batch_id, []).append((kind, payload))
+        assert set(fired) <= set(self.batches), f"callbacks of unknown batches {fired}"
+        for batch_id, members in self.batches.items():
+            got = [kind for kind, _ in fired.get(batch_id, [])]
+            if batch_id in self.fired:
+                assert got == [self.fired[batch_id]], f"batch {batch_id} fired {got}"
+                continue
+            statuses = [self.model[m].status for m in members]  # none gone while unfired
+            if not all(status in TERMINAL for status in statuses):
+                assert got == [], f"batch {batch_id} fired {got} with members {statuses}"
+                continue
+            kind = "success" if all(st_ == "succeeded" for st_ in statuses) else "failure"
+            assert got == [kind], f"batch {batch_id} fired {got}, expected {kind}: {statuses}"
+            ((_, payload),) = fired[batch_id]
+            counts = {k: statuses.count(k) for k in ("succeeded", "dead", "cancelled")}
+            assert payload["total"] == len(members), payload
+            assert {k: payload[k] for k in counts} == counts, (payload, statuses)
+            self.fired[batch_id] = kind
+
+    # -- stored results ------------------------------------------------------------------------
+
+    @invariant()
+    def results_come_from_the_final_lease(self) -> None:
+        """A stored result exists only for a job that succeeded, written by the lease that
+        completed it (its value is that lease's token), and outlives retention."""
+        stored = {
+            job_id: (value, token)
+            for job_id, value, token in self._query(
+                "SELECT job_id, value, lease_token FROM {s}.job_results"
+            )
         }
-        assert held == expected, f"slots {sorted(held)}, expected {sorted(expected)}"
-        assert len(held) == len(slots), "a lease holds two slots of one limit"
-        assert len(slots) <= self.limit_cap
-        assert all(name == "queue:default" and slot <= self.limit_cap for name, slot, _, _ in slots)
+        expected = {job_id: (token, token) for job_id, token in self.results.items()}
+        assert stored == expected, f"results {stored}, expected {expected}"
+        for job_id in stored:
+            job = self.model.get(job_id)
+            assert job is None or (job.status == "succeeded" and job.token == stored[job_id][1])
 
     @invariant()
     def pauses_match_model(self) -> None:
@@ -823,7 +942,7 @@ class LeaseqMachine(RuleBasedStateMachine):
             "lease_expires_at > now(), lease_token, attempt_count, max_attempts, "
             "unknown_failures, cancel_requested_at IS NOT NULL, finished_at IS NOT NULL, "
             "last_error_code, last_error_class, ordering_key, key_skipped, waiting "
-            "FROM {s}.jobs ORDER BY id"
+            "FROM {s}.jobs WHERE queue_name = 'default' ORDER BY id"
         )
         # 3. Count in = count out: every job enqueued is still there unless retention
         #    pruned it (prune() checked it was finished), each in exactly one state.
