@@ -31,6 +31,9 @@ DEBIAN_PACKAGES = {
     # The Patroni cluster of the failover tests (tests/support/patroni.py).
     "patroni": "patroni",
     "etcd": "etcd-server",
+    # The Node.js client's suite (tests/integration/test_node_client.py, clients/node).
+    "node": "nodejs",
+    "npm": "npm",
 }
 # Debian puts daemons and `ip` in sbin, which a non-root PATH often lacks.
 _SBIN = os.pathsep.join(["/usr/local/sbin", "/usr/sbin", "/sbin"])
