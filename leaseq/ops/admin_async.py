@@ -219,14 +219,18 @@ class AsyncAdminOps(AsyncEndingOps):
         actor: str | None = None,
         batch_size: int = 500,
         on_progress: Callable[[int], None] | None = None,
+        job_id: int | None = None,
         **filters: Unpack[JobFilter],
     ) -> int:
-        """Delete dead jobs matching the filter; each leaves a final ``purged`` event with
-        ``actor`` and ``reason``. Returns how many were deleted."""
+        """Delete dead jobs matching the filter (``job_id``: that one job, if dead); each
+        leaves a final ``purged`` event with ``actor`` and ``reason``. Returns how many
+        were deleted."""
         if not isinstance(reason, str) or not reason.strip():
             raise ConfigError("purging dead jobs needs a reason")
+        if job_id is not None:
+            job_id = validate.check_int("job id", job_id, 1, 2**63 - 1)
         params = {
-            **job_filter(["dead"], **filters),
+            **job_filter(["dead"], job_id=job_id, **filters),
             "skip": [],
             "limit": validate.check_int("batch_size", batch_size, 1, 10_000),
             "actor": actor,

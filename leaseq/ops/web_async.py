@@ -7,6 +7,7 @@ pause, resume), on the primary.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Unpack
 
@@ -34,6 +35,39 @@ class JobFlags(NamedTuple):
     ordering_key: str | None
     waiting: bool
     blocked: bool
+
+
+class WorkerLeases(NamedTuple):
+    """/workers: one lease owner's running jobs now."""
+
+    owner: str
+    running: int
+    oldest_start: dt.datetime | None
+    last_heartbeat: dt.datetime | None
+    stale: int
+    job_ids: list[int]
+
+
+class TaskStats(NamedTuple):
+    """/tasks: one task's outcomes and run times over the window."""
+
+    task: str
+    succeeded: int
+    dead: int
+    p50: float | None
+    p95: float | None
+    p99: float | None
+    failure_rate: float
+
+
+class DeadGroup(NamedTuple):
+    """/dead by error code."""
+
+    error_code: str | None
+    jobs: int
+    newest: dt.datetime | None
+    oldest: dt.datetime | None
+    example: int
 
 
 #: How many of the newest jobs the throughput sparkline looks at (a primary-key range).
@@ -84,10 +118,13 @@ class AsyncWebOps(AsyncClientBase):
         unique_key: str | None = None,
         payload: str | None = None,
         before: int | None = None,
+        created_after: dt.datetime | None = None,
+        created_before: dt.datetime | None = None,
         limit: int = 50,
     ) -> list[Job]:
         """One page of the job list, newest first; ``before`` is the previous page's last
-        id (keyset pagination). ``payload`` is JSON text matched with ``@>``."""
+        id (keyset pagination). ``payload`` is JSON text matched with ``@>``;
+        ``created_after``/``created_before`` bound the creation time (aware datetimes)."""
         params = {
             "statuses": statuses,
             "queue": queue,
@@ -97,6 +134,8 @@ class AsyncWebOps(AsyncClientBase):
             "unique_key": unique_key,
             "payload": payload,
             "before": before,
+            "created_after": created_after,
+            "created_before": created_before,
             "limit": validate.check_int("limit", limit, 1, 500),
         }
         (rows,) = await self._web_rows([("web_jobs", params)], tolerant=True)
@@ -179,3 +218,37 @@ class AsyncWebOps(AsyncClientBase):
         dashboard's statement timeout."""
         (rows,) = await self._web_rows([("list_limits", {})])
         return [limit_from_row(r) for r in rows]
+
+    async def web_workers(self) -> list[WorkerLeases]:
+        """Who holds leases now, per lease owner (at most 1000 owners)."""
+        (rows,) = await self._web_rows([("web_workers", None)])
+        return [WorkerLeases(str(r[0]), int(r[1]), r[2], r[3], int(r[4]), list(r[5])) for r in rows]
+
+    async def web_tasks(
+        self, *, seconds: float = 3600.0, window: int = THROUGHPUT_WINDOW
+    ) -> list[TaskStats]:
+        """Per task, among the newest ``window`` jobs that finished in the last
+        ``seconds``: successes, deaths, run time p50/p95/p99 of the successes and the
+        failure rate (computed in SQL)."""
+        params = {
+            "seconds": float(validate.check_int("seconds", int(seconds), 1, 366 * 86400)),
+            "window": validate.check_int("window", window, 1, 10_000_000),
+        }
+        (rows,) = await self._web_rows([("web_task_stats", params)])
+        found = []
+        for task, succeeded, dead, percentiles, rate in rows:
+            p50, p95, p99 = percentiles if percentiles is not None else (None, None, None)
+            found.append(
+                TaskStats(str(task), int(succeeded), int(dead), p50, p95, p99, float(rate))
+            )
+        return found
+
+    async def web_dead_groups(self, *, queue: str | None = None) -> list[DeadGroup]:
+        """Dead jobs grouped by error code, the biggest groups first (at most 100)."""
+        (rows,) = await self._web_rows([("web_dead_groups", {"queue": queue})])
+        return [DeadGroup(r[0], int(r[1]), r[2], r[3], int(r[4])) for r in rows]
+
+    async def web_state_estimates(self) -> dict[str, int]:
+        """The planner's estimate of how many jobs are in each state (history included)."""
+        (rows,) = await self._web_rows([("web_state_estimates", None)])
+        return {str(state): int(count) for state, count in rows}

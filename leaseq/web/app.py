@@ -21,9 +21,11 @@ from starlette.staticfiles import StaticFiles
 from leaseq.client_async import AsyncClient
 from leaseq.errors import DatabaseUnavailable, LeaseqError
 from leaseq.web.actions import Actions, RefusalPage
+from leaseq.web.bulk import BulkActions
 from leaseq.web.context import HERE, Web, make_templates
-from leaseq.web.extras import extra_routes
+from leaseq.web.extras import extra_routes, render_extra
 from leaseq.web.guard import Guard
+from leaseq.web.ops_pages import OpsPages
 from leaseq.web.pages import Pages
 from leaseq.web.schedules import SchedulePages
 from leaseq.web.security import (
@@ -97,6 +99,8 @@ def create_app(
     if allowed_hosts is None:
         allowed_hosts = LOOPBACK_NAMES if auth is None else ["*"]
     pages = Pages(web)
+    ops = OpsPages(web)
+    bulk = BulkActions(web)
     actions = Actions(web, pages)
 
     async def job_refusal(request: Request, form: FormData, error: str, status: int) -> Response:
@@ -111,6 +115,12 @@ def create_app(
     async def pauses_refusal(request: Request, form: FormData, error: str, status: int) -> Response:
         return await pages.pauses_page(request, error=error, status=status)
 
+    async def jobs_refusal(request: Request, form: FormData, error: str, status: int) -> Response:
+        return await pages.jobs_page(request, error=error, status=status)
+
+    async def limits_refusal(request: Request, form: FormData, error: str, status: int) -> Response:
+        return await render_extra(web, request, "limits", error=error, status=status)
+
     def post(path: str, action: str, handler: Any, page: RefusalPage) -> Route:
         endpoint: Callable[[Request], Awaitable[Response]] = actions.guarded(action, handler, page)
         return Route(path, endpoint, methods=["POST"])
@@ -124,6 +134,9 @@ def create_app(
             post("/schedules/{name}/enable", "schedule", sp.enable, sp.refusal),
             post("/schedules/{name}/disable", "schedule", sp.disable, sp.refusal),
         ]
+    limit_routes: list[Route] = []
+    if callable(getattr(client, "set_limit", None)):
+        limit_routes = [post("/limits/set", "limit", bulk.set_limit, limits_refusal)]
     routes = [
         Route("/", pages.overview),
         Route("/partials/overview", pages.overview_fragment),
@@ -131,9 +144,15 @@ def create_app(
         Route("/jobs", pages.jobs),
         Route("/jobs/{job_id}", pages.job),
         Route("/dead", pages.dead),
+        Route("/dead/groups", ops.dead_groups),
+        Route("/workers", ops.workers),
+        Route("/tasks", ops.tasks),
+        Route("/find", ops.find),
         Route("/keys", pages.keys),
         Route("/pauses", pages.pauses),
+        post("/jobs/bulk", "bulk", bulk.jobs, jobs_refusal),
         post("/jobs/{job_id}/replay", "replay", actions.replay, job_refusal),
+        post("/jobs/{job_id}/delete", "purge", bulk.delete_one, job_refusal),
         post("/jobs/{job_id}/cancel", "cancel", actions.cancel, job_refusal),
         post("/dead/replay", "replay", actions.dead_bulk, dead_refusal),
         post("/dead/purge", "purge", actions.dead_bulk, dead_refusal),
@@ -141,6 +160,7 @@ def create_app(
         post("/pauses/pause", "pause", actions.pause, pauses_refusal),
         post("/pauses/resume", "resume", actions.resume, pauses_refusal),
         *schedule_routes,
+        *limit_routes,
         *extra_routes(web),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]

@@ -29,7 +29,7 @@ from leaseq.web.security import (
 HERE = pathlib.Path(__file__).resolve().parent
 
 #: Every action the dashboard offers (the names ``authorize`` is asked about).
-ACTIONS = ("replay", "purge", "cancel", "skip", "pause", "resume", "schedule")
+ACTIONS = ("replay", "purge", "cancel", "skip", "pause", "resume", "schedule", "limit")
 
 
 def make_templates() -> Jinja2Templates:
@@ -39,6 +39,7 @@ def make_templates() -> Jinja2Templates:
     env.filters["age"] = forms.age
     env.filters["when"] = forms.when
     env.filters["when_in"] = forms.when_in
+    env.filters["duration"] = forms.duration
     env.globals["sparkline"] = forms.sparkline
     env.globals["STATES"] = forms.STATES
     return templates

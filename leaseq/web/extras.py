@@ -43,15 +43,26 @@ def extra_routes(web: Web) -> list[Route]:
     ]
 
 
+async def render_extra(
+    web: Web,
+    request: Request,
+    name: str,
+    error: str | None = None,
+    status: int = 200,
+) -> Response:
+    """The page of the extra operation ``name`` (with a refusal's message)."""
+    # The dashboard's own read when there is one (under its statement timeout).
+    found = getattr(web.client, f"web_{name}", getattr(web.client, name))()
+    if inspect.isawaitable(found):
+        found = await found
+    rows = [as_fields(item) for item in list(found)[:MAX_ROWS]]
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    context = {"title": EXTRA_PAGES[name], "name": name, "columns": columns, "rows": rows}
+    return web.render(request, "extra.html", {**context, "error": error}, status)
+
+
 def _page(web: Web, name: str, title: str) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        # The dashboard's own read when there is one (under its statement timeout).
-        found = getattr(web.client, f"web_{name}", getattr(web.client, name))()
-        if inspect.isawaitable(found):
-            found = await found
-        rows = [as_fields(item) for item in list(found)[:MAX_ROWS]]
-        columns = list(dict.fromkeys(key for row in rows for key in row))
-        context = {"title": title, "columns": columns, "rows": rows}
-        return web.render(request, "extra.html", context)
+        return await render_extra(web, request, name)
 
     return endpoint

@@ -159,7 +159,41 @@ def job_filters(
     found["payload"] = payload(form, redact)
     before = form.get("before")
     found["before"] = job_id(before, "before") if before else None
+    found["created_after"] = moment(form, "created_after", "created after")
+    found["created_before"] = moment(form, "created_before", "created before")
     return found
+
+
+def moment(form: Mapping[str, Any], name: str, label: str) -> dt.datetime | None:
+    """A time filter: ISO 8601 (a browser's datetime-local, ``2026-12-04T01:30``), read
+    as UTC when it names no zone."""
+    value = text(form, name, label, 40)
+    if value is None:
+        return None
+    try:
+        found = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise BadInput(f"{label} must be a date and time like 2026-12-04T01:30") from None
+    if not 1970 <= found.year <= 9999:
+        raise BadInput(f"{label} is out of range")
+    return found if found.tzinfo is not None else found.replace(tzinfo=dt.UTC)
+
+
+#: What the job list's bulk selection can do (the form's action -> the label).
+BULK_ACTIONS = {"cancel": "Cancel", "replay": "Retry (replay dead)", "delete": "Delete (dead)"}
+#: At most this many jobs per bulk action (one page).
+MAX_BULK = 100
+
+
+def selected_ids(form: Any) -> list[int]:
+    """The bulk selection's job ids (checkboxes named ``ids``), checked and deduplicated."""
+    raw = form.getlist("ids") if hasattr(form, "getlist") else form.get("ids", [])
+    ids = list(dict.fromkeys(job_id(value) for value in raw))
+    if not ids:
+        raise BadInput("select at least one job")
+    if len(ids) > MAX_BULK:
+        raise BadInput(f"at most {MAX_BULK} jobs at once")
+    return ids
 
 
 def dead_filters(form: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,6 +229,17 @@ def age(seconds: float | None) -> str:
     if minutes:
         return f"{minutes}m {secs}s"
     return f"{secs}s" if whole else f"{seconds:.1f}s"
+
+
+def duration(seconds: float | None) -> str:
+    """A run time: ``0.0123`` -> ``12.3 ms``, ``4.5`` -> ``4.50 s``, longer as an age."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.1f} ms"
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    return age(seconds)
 
 
 def when(value: dt.datetime | None) -> str:

@@ -94,8 +94,16 @@ class Pages:
         )
 
     async def jobs(self, request: Request) -> Response:
+        return await self.jobs_page(request)
+
+    async def jobs_page(
+        self, request: Request, error: str | None = None, status: int = 200
+    ) -> Response:
         query = request.query_params
-        shown = {k: query.get(k, "") for k in ("state", *forms.TEXT_FILTERS, "payload")}
+        shown = {
+            k: query.get(k, "")
+            for k in ("state", *forms.TEXT_FILTERS, "payload", "created_after", "created_before")
+        }
         try:
             found = forms.job_filters(query, self.web.client.redact)
         except forms.BadInput as exc:
@@ -103,6 +111,8 @@ class Pages:
                 "jobs": [],
                 "filters": shown,
                 "next_before": None,
+                "counts": [],
+                "bulk_actions": forms.BULK_ACTIONS,
                 "error": str(exc),
             }
             return self.web.render(request, "jobs.html", context, status=400)
@@ -111,8 +121,33 @@ class Pages:
             statuses=[state] if state else None, limit=PAGE_SIZE, **found
         )
         next_before = jobs[-1].job_id if len(jobs) == PAGE_SIZE else None
-        context = {"jobs": jobs, "filters": shown, "next_before": next_before}
-        return self.web.render(request, "jobs.html", context)
+        context = {
+            "jobs": jobs,
+            "filters": shown,
+            "next_before": next_before,
+            "counts": await self._state_counts(),
+            "bulk_actions": forms.BULK_ACTIONS,
+            "error": error,
+        }
+        return self.web.render(request, "jobs.html", context, status)
+
+    async def _state_counts(self) -> list[tuple[str, int, bool]]:
+        """(state, jobs, exact) for the job list's tabs: the live states counted from the
+        partial indexes, history (succeeded, cancelled) the planner's estimate."""
+        stats, _ = await self.web.client.web_overview()
+        waiting = await self.web.client.web_waiting()
+        estimates = await self.web.client.web_state_estimates()
+        exact = {
+            "pending": sum(s.ready + s.scheduled for s in stats) + sum(waiting.values()),
+            "running": sum(s.running for s in stats),
+            "dead": sum(s.dead for s in stats),
+        }
+        return [
+            (state, exact[state], True)
+            if state in exact
+            else (state, estimates.get(state, 0), False)
+            for state in forms.STATES
+        ]
 
     async def job(self, request: Request) -> Response:
         return await self.job_page(request)

@@ -150,7 +150,7 @@ def test_overview_filter_open_dead_job_replay_it(
         page.click("form.filters button")
         expect(page).to_have_url(
             f"{server}/jobs?state=dead&queue=mail" + "&task=&error_code="
-            "&ordering_key=&unique_key=&payload="
+            "&ordering_key=&unique_key=&payload=&created_after=&created_before="
         )
         rows = page.locator("tbody tr")
         expect(rows).to_have_count(1)
@@ -185,6 +185,61 @@ def test_overview_filter_open_dead_job_replay_it(
         lines = page.evaluate("document.querySelector('pre.detail').innerText.split('\\n').length")
         assert lines >= 3
 
+        # Every page renders under the CSP with no console error; each is screenshotted.
+        client.set_limit("queue:mail", concurrency=4, reason="smtp pool")
+        client.schedule_add("nightly", task="t", cron="0 3 * * *", tz="Europe/Berlin", reason="x")
+        for name, path, text in (
+            ("queue", "/queues/mail", "mail"),
+            ("dead-groups", "/dead/groups", "CARD_DECLINED"),
+            ("workers", "/workers", "host-a:4242"),
+            ("tasks", "/tasks", "send_email"),
+            ("keys", "/keys", "acct-42"),
+            ("schedules", "/schedules", "Europe/Berlin"),
+            ("limits", "/limits", "queue:mail"),
+        ):
+            page.goto(server + path)
+            expect(page.locator("main")).to_contain_text(text)
+            page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+
+        # Find by id from the header.
+        page.fill("header form.find input[name=id]", str(dead))
+        page.press("header form.find input[name=id]", "Enter")
+        expect(page).to_have_url(f"{server}/jobs/{dead}")
+
+        # Bulk selection: cancel two pending jobs of the job list.
+        page.goto(server + "/jobs?state=pending&queue=media")
+        boxes = page.locator("input[name=ids]")
+        boxes.nth(0).check()
+        boxes.nth(1).check()
+        page.select_option("form#bulk select[name=action]", "cancel")
+        page.fill("form#bulk input[name=reason]", "duplicates")
+        page.click("form#bulk button")
+        expect(page.locator(".flash.ok")).to_contain_text("cancelled 2 of 2 selected jobs")
+
+        # Live updates: the overview polls; paused (the header's button) or with the tab
+        # hidden it does not.
+        page.goto(server + "/")
+        toggle = page.locator("button.live-toggle")
+        expect(toggle).to_be_visible()
+        polls: list[str] = []
+        page.on("request", lambda r: polls.append(r.url) if "/partials/overview" in r.url else None)
+        toggle.click()
+        expect(toggle).to_have_text("Resume live updates")
+        page.clock.fast_forward(11_000)
+        page.wait_for_timeout(300)
+        assert polls == []
+        toggle.click()
+        expect(toggle).to_have_text("Pause live updates")
+        with page.expect_request(lambda r: "/partials/overview" in r.url, timeout=15_000):
+            page.clock.fast_forward(5_000)
+        page.evaluate(
+            "Object.defineProperty(document, 'hidden', {value: true, configurable: true})"
+        )
+        polls.clear()
+        page.clock.fast_forward(11_000)
+        page.wait_for_timeout(300)
+        assert polls == []
+
         # A phone: no page scrolls sideways.
         phone = browser.new_context(
             http_credentials={"username": USER, "password": PASSWORD},
@@ -193,7 +248,17 @@ def test_overview_filter_open_dead_job_replay_it(
         )
         small = phone.new_page()
         small.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        for path in ("/", "/jobs", f"/jobs/{long_error}", "/dead", "/pauses"):
+        for path in (
+            "/",
+            "/jobs",
+            f"/jobs/{long_error}",
+            "/dead",
+            "/dead/groups",
+            "/workers",
+            "/tasks",
+            "/pauses",
+            "/limits",
+        ):
             small.goto(server + path)
             assert _fits(small), path
         small.goto(server + "/")

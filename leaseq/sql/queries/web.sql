@@ -48,6 +48,8 @@ WHERE (%(statuses)s::{schema}.job_status[] IS NULL OR status = ANY(%(statuses)s)
   AND (%(unique_key)s::text IS NULL OR unique_key = %(unique_key)s)
   AND (%(payload)s::jsonb IS NULL OR payload @> %(payload)s::jsonb)
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
+  AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s)
+  AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -82,3 +84,60 @@ WHERE waiting
 GROUP BY queue_name
 ORDER BY queue_name
 LIMIT 1000;
+
+-- name: web_workers
+-- /workers: who holds leases now (the running partial index): per lease owner, how many
+-- jobs, since when, the last heartbeat, how many leases ran out and await the sweep
+-- (stale), and the first held job ids.
+SELECT lease_owner, count(*), min(started_at), max(heartbeat_at),
+       count(*) FILTER (WHERE lease_expires_at < now()),
+       (array_agg(id ORDER BY id))[1:20]
+FROM {schema}.jobs
+WHERE status = 'running'
+GROUP BY lease_owner
+ORDER BY lease_owner
+LIMIT 1000;
+
+-- name: web_task_stats
+-- /tasks: per task over the newest %(window)s jobs (a primary-key range, as the
+-- throughput; there is no index on finished_at) that finished in the last %(seconds)s:
+-- how many succeeded and died, run time percentiles of the successes (started_at to
+-- finished_at; the last attempt's), and the failure rate dead / (succeeded + dead).
+SELECT task,
+       count(*) FILTER (WHERE status = 'succeeded'),
+       count(*) FILTER (WHERE status = 'dead'),
+       percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (
+         ORDER BY extract(epoch FROM finished_at - started_at)::float8
+       ) FILTER (WHERE status = 'succeeded' AND started_at IS NOT NULL),
+       (count(*) FILTER (WHERE status = 'dead'))::float8
+         / greatest(count(*) FILTER (WHERE status IN ('succeeded', 'dead')), 1)
+FROM {schema}.jobs
+WHERE id > (SELECT coalesce(max(id), 0) FROM {schema}.jobs) - %(window)s
+  AND status IN ('succeeded', 'dead')
+  AND finished_at > now() - make_interval(secs => %(seconds)s)
+GROUP BY task
+ORDER BY task
+LIMIT 1000;
+
+-- name: web_dead_groups
+-- /dead grouped by error code (the dead partial index): how many, the newest and oldest
+-- finish, and one example job; the biggest groups first.
+SELECT last_error_code, count(*), max(finished_at), min(finished_at), max(id)
+FROM {schema}.jobs
+WHERE status = 'dead'
+  AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
+GROUP BY last_error_code
+ORDER BY count(*) DESC, last_error_code
+LIMIT 100;
+
+-- name: web_state_estimates
+-- The job list's per-state counts of history (succeeded, cancelled), which no partial
+-- index holds: the planner's estimate (pg_stats x reltuples), not a count of rows. The
+-- live states are counted exactly from web_queue_stats.
+SELECT m.v, round(m.f * greatest(c.reltuples, 0))::bigint
+FROM pg_class AS c
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+JOIN pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = c.relname
+                  AND s.attname = 'status'
+CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS m(v, f)
+WHERE c.oid = '{schema}.jobs'::regclass;
