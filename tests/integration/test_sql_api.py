@@ -7,6 +7,7 @@ on an application table that enqueues, committing or rolling back with the row."
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import psycopg
@@ -244,3 +245,52 @@ def test_a_trigger_enqueues_with_its_row(client: leaseq.Client, dsn: str, schema
         ).fetchall()
     assert rows == [("kept@example.com",)]
     assert jobs == [("kept@example.com",)]
+
+
+def test_sql_and_python_enqueues_racing_for_one_unique_key(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    """The unique key is the database's (the primary key of unique_keys, taken in the
+    insert's statement): SQL and Python enqueuing the same key at once from several
+    connections end with one live job, the id every one of them was given."""
+    ids: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def from_sql() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                q = sql.SQL("SELECT {}.enqueue('t', unique_key => 'race')").format(
+                    sql.Identifier(schema)
+                )
+                start.wait()
+                for _ in range(15):
+                    row = conn.execute(q).fetchone()
+                    assert row is not None
+                    ids.append(int(row[0]))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def from_python() -> None:
+        try:
+            with leaseq.Client(dsn, schema=schema) as own:
+                start.wait()
+                ids.extend(int(own.enqueue("t", unique_key="race")) for _ in range(15))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=f) for f in [from_sql] * 3 + [from_python] * 3]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert len(ids) == 90 and len(set(ids)) == 1
+    with psycopg.connect(dsn) as conn:
+        live = conn.execute(
+            sql.SQL(
+                "SELECT count(*) FROM {}.jobs WHERE unique_key = 'race'"
+                " AND status IN ('pending', 'running')"
+            ).format(sql.Identifier(schema))
+        ).fetchone()
+    assert live == (1,)
