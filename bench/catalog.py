@@ -18,6 +18,7 @@ from bench.scenarios import (
     claim_prune,
     drain,
     enqueue,
+    graphile,
     limited,
     minimal,
     peer_drains,
@@ -37,6 +38,7 @@ def build_scenarios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Scenari
         *drain.SCENARIOS_1P,
         peer_drains.PGQUEUER_2P,
         *drain.SCENARIOS_2P,
+        *graphile.SCENARIOS,  # opt-in: Node.js and `npm ci` in bench/peers/graphile
         *peer_drains.OTHERS,
         regression.SCENARIO,
         limited.SCENARIO,
@@ -61,6 +63,7 @@ def build_ratios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Ratio, ...
         *drain.RATIOS,
         *minimal.RATIOS,
         *peer_drains.RATIOS,
+        *graphile.RATIOS,
         *regression.RATIOS,
         *limited.RATIOS,
         *scale.RATIOS,

@@ -7,10 +7,13 @@ clock query, the raw processes' fan-out or the capabilities set-up and these fai
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from bench.harness import SYNC_TASK, Sample, Settings
 from bench.scenarios import drain, minimal, peer_drains, regression
+from tests.support.requires import find_tool, missing
 
 pytestmark = pytest.mark.slow
 
@@ -66,3 +69,19 @@ def test_minimal_drain_processes_share_the_seed_table_and_are_timed_on_both_cloc
     assert set(samples) == {minimal.key(p, 100, c) for p in (1, 2) for c in ("db", "wall")}
     for p in (1, 2):
         assert_two_clocks(samples, minimal.key(p, 100, "x")[:-2])
+
+
+def test_graphile_worker_batched_drain_runs_every_job_once_on_both_clocks(dsn: str) -> None:
+    # graphile-worker's own migrations, add_jobs and runOnce in two Node.js processes: every
+    # handler runs once (counted by the processes), its table ends empty (checked by the
+    # scenario), and its own timer lies inside the process wall.
+    from bench.scenarios import graphile
+
+    if find_tool("node") is None or find_tool("npm") is None:
+        missing("node and npm not installed (Debian: apt-get install nodejs npm)")
+    if not (graphile.PEER_DIR / "node_modules" / "graphile-worker").is_dir():
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund"], cwd=graphile.PEER_DIR, check=True, timeout=300
+        )
+    samples = graphile.drain_graphile(settings(dsn), "batched", 2)
+    assert_two_clocks(samples, "drain-graphile-batched-2p")
