@@ -76,6 +76,7 @@ class DatabaseCollector(Collector):
         oldest_wait = family("leaseq_oldest_dependency_wait_seconds")
         oldest_wait.add_metric([], extra.get("oldest_wait", 0.0))
         yield from (waiting, oldest_wait)
+        yield from _suspended_families(extra.get("suspended", []), family)
         took = family("leaseq_metrics_query_seconds")
         took.add_metric([], elapsed)
         yield from (expired, locks, conns, took)
@@ -83,6 +84,21 @@ class DatabaseCollector(Collector):
             behind = family("leaseq_read_replica_lag_seconds")
             behind.add_metric([], math.nan if replica.seconds is None else replica.seconds)
             yield behind
+
+
+def _suspended_families(
+    suspended: list[tuple[str, str | None, int, float]],
+    family: Callable[[str], GaugeMetricFamily],
+) -> Iterator[Metric]:
+    count = family("leaseq_jobs_suspended")
+    overdue = family("leaseq_suspended_wakeup_overdue_seconds")
+    late: dict[str, float] = {}
+    for queue, reason, n, behind in suspended:
+        count.add_metric([queue, reason or "unknown"], n)
+        late[queue] = max(late.get(queue, 0.0), behind)
+    for queue, behind in sorted(late.items()):
+        overdue.add_metric([queue], behind)
+    yield from (count, overdue)
 
 
 def _pause_families(

@@ -340,6 +340,22 @@ METRICS: tuple[MetricSpec, ...] = (
         "How long the oldest job waiting on dependencies has waited (0 when none does).",
     ),
     MetricSpec(
+        "leaseq_jobs_suspended",
+        "gauge",
+        ("queue", "reason"),
+        "database",
+        "Suspended jobs (ctx.sleep: reason sleep; ctx.wait_for: reason signal), holding no "
+        "lease or slot.",
+    ),
+    MetricSpec(
+        "leaseq_suspended_wakeup_overdue_seconds",
+        "gauge",
+        ("queue",),
+        "database",
+        "How late the most overdue wake-up of a suspended job is (0 when none is due): it "
+        "grows when no worker claims the queue.",
+    ),
+    MetricSpec(
         "leaseq_metrics_query_seconds",
         "gauge",
         (),

@@ -100,3 +100,16 @@ def durable_lines(fields: dict[str, Any]) -> list[str]:
         ]
         lines += ["", "signals:", table(["signal", "sent", "actor", "payload"], rows)]
     return lines
+
+
+def suspended_lines(reader: Any) -> list[str]:
+    """`leaseq status`'s suspended jobs by queue and reason (nothing when none is)."""
+    found = reader.suspended_stats()
+    if not found:
+        return []
+    rows = [[s.queue, s.reason or "-", s.count, f"{s.overdue:.0f}s"] for s in found]
+    return [
+        "",
+        "suspended (sleeping or waiting for a signal, holding nothing):",
+        table(["queue", "reason", "jobs", "wake-up overdue"], rows),
+    ]

@@ -14,6 +14,7 @@ from typing import Any
 import click
 import psycopg
 
+from leaseq.cli.durable import suspended_lines
 from leaseq.cli.limits import render_limits
 from leaseq.cli.render import emit_json, render_status
 from leaseq.cli.settings import Settings, pass_settings
@@ -45,7 +46,13 @@ def status_json(settings: Settings, reader: Client) -> list[dict[str, Any]]:
     (keys are only ever added: a consumer of the plain list keeps working)."""
     stats = reader.queue_stats(throughput=True)
     paused = {p.value for p in reader.pauses() if p.scope == "queue"}
-    rows = [{**s.as_dict(), "paused": s.queue in paused} for s in stats]
+    suspended: dict[str, int] = {}
+    for found in reader.suspended_stats():
+        suspended[found.queue] = suspended.get(found.queue, 0) + found.count
+    rows = [
+        {**s.as_dict(), "paused": s.queue in paused, "suspended": suspended.get(s.queue, 0)}
+        for s in stats
+    ]
     if settings.read_dsn is not None:
         lag, error = read_lag(reader)
         report = replica_report(settings.read_dsn, lag, error)
@@ -60,9 +67,9 @@ def status_json(settings: Settings, reader: Client) -> list[dict[str, Any]]:
 @pass_settings
 def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> None:
     """Per-queue counts and the age of the oldest claimable job; paused queues marked;
-    then the limits, with their slots in use and jobs waiting. With --read-dsn, read on
-    the replica: the last lines name the server that answered and its lag behind the
-    primary (in --json, each queue's "read_replica")."""
+    then the limits, with their slots in use and jobs waiting, and the suspended jobs.
+    With --read-dsn, read on the replica: the last lines name the server that answered
+    and its lag behind the primary (in --json, each queue's "read_replica")."""
     reader = settings.reader
     while True:
         if as_json:
@@ -75,6 +82,8 @@ def status(settings: Settings, as_json: bool, watch: bool, interval: float) -> N
             click.echo(render_status(stats, pauses))
             if found := reader.limits():
                 click.echo("\n" + render_limits(found))
+            for line in suspended_lines(reader):
+                click.echo(line)
             if settings.read_dsn is not None:
                 click.echo("\n" + "\n".join(replica_lines(settings.read_dsn, reader)))
         if not watch:

@@ -133,12 +133,15 @@ class InspectOps(PayloadOps):
 
     def database_health(self) -> dict[str, Any]:
         """Expired leases awaiting a sweep, lock waits, connections of leaseq processes,
-        the lag of the most overdue schedule, and the jobs waiting on dependencies (how
-        many, and the oldest wait in seconds)."""
+        the lag of the most overdue schedule, the jobs waiting on dependencies (how
+        many, and the oldest wait in seconds) and the suspended jobs by queue and reason
+        (how many, and how late the most overdue wake-up is)."""
         # On the primary: its pg_stat_activity (lock waits, connections) is the one that
         # matters, and a standby's would show the standby's sessions.
         ((expired, lock_waits, connections),) = self._rows("database_health")
-        lag, waits = self._read_together([("schedule_lag", None), ("waiting_stats", None)])
+        lag, waits, suspended = self._read_together(
+            [("schedule_lag", None), ("waiting_stats", None), ("suspended_stats", None)]
+        )
         ((schedule_lag,),) = lag
         ((waiting, oldest_wait),) = waits
         return {
@@ -148,6 +151,8 @@ class InspectOps(PayloadOps):
             "schedule_lag": float(schedule_lag),
             "waiting_jobs": int(waiting),
             "oldest_wait": float(oldest_wait),
+            # Suspended jobs (docs/durable.md): (queue, reason, count, overdue seconds).
+            "suspended": [(str(q), r, int(n), float(o)) for q, r, n, o in suspended],
         }
 
     def blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:

@@ -276,6 +276,7 @@ async def test_the_example_of_docs_durable_runs_as_pasted(
 ) -> None:
     page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "durable.md").read_text()
     block = page.split("```python\n", 1)[1].split("```", 1)[0]
+    block = block.replace("app = leaseq.App()", "")  # the test's app, on its schema
     app = _app(dsn, schema)
     exec(compile(block, "docs/durable.md", "exec"), {"app": app, "__name__": "docs_durable"})
     order = {"id": 7, "seats": 2}

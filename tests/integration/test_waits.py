@@ -12,9 +12,11 @@ import pathlib
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 import leaseq
 from leaseq import JobStatus
+from leaseq.db_metrics import database_registry
 from tests.support.helpers import rows
 
 
@@ -199,6 +201,11 @@ async def test_a_suspended_job_is_cancelled_at_once_and_takes_no_signal(
     run = asyncio.create_task(worker.run())
     for j in (job_id, by_sql):
         await _until(lambda j=j: _status(client, j) is JobStatus.SUSPENDED, "the wait")
+    # Counted for status and metrics: two waits for a signal, none overdue (no timeout).
+    assert client.database_health()["suspended"] == [("default", "signal", 2, 0.0)]
+    exposition = generate_latest(database_registry(lambda: ([], client.database_health())))
+    assert b'leaseq_jobs_suspended{queue="default",reason="signal"} 2.0' in exposition
+    assert b'leaseq_suspended_wakeup_overdue_seconds{queue="default"} 0.0' in exposition
     # The SQL API's cancel (migration 25 refreshed its copy) ends it at once too.
     assert rows(dsn, "SELECT {s}.cancel(%s, 'sql', 'no')", schema, by_sql) == [(True,)]
     assert _status(client, by_sql) is JobStatus.CANCELLED
@@ -237,6 +244,7 @@ async def test_the_approval_flow_of_docs_durable_runs_as_pasted(
 ) -> None:
     page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "durable.md").read_text()
     block = page.split("```python\n")[2].split("```", 1)[0]
+    block = block.replace("app = leaseq.App()", "")  # the test's app, on its schema
     app = _app(dsn, schema)
     namespace: dict[str, Any] = {"app": app, "__name__": "docs_durable"}
     exec(compile(block, "docs/durable.md", "exec"), namespace)
