@@ -54,6 +54,7 @@ class TaskOptions(TypedDict, total=False):
     reconcile: Mapping[str, Reconciler] | None
     concurrency: int | None
     concurrency_key: str | Callable[[Any], Any] | None
+    fairness_key: str | Callable[[Any], Any] | None
     rate_limit: RateLimit | None
     store_result: bool
     result_ttl: float | dt.timedelta
@@ -82,6 +83,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "reconcile": None,
     "concurrency": None,
     "concurrency_key": None,
+    "fairness_key": None,
     "rate_limit": None,
     "store_result": False,
     "result_ttl": RESULT_TTL,
@@ -134,6 +136,14 @@ class Task:
         ):
             raise ConfigError(f"task {name!r}: concurrency_key is a payload field or a callable")
         self.concurrency_key: str | Callable[[Any], Any] | None = concurrency_key
+        fairness_key = o["fairness_key"]
+        if fairness_key is not None and not (
+            callable(fairness_key) or isinstance(fairness_key, str)
+        ):
+            raise ConfigError(f"task {name!r}: fairness_key is a payload field or a callable")
+        #: The job's fairness key when the enqueue gives none: a payload field, or computed
+        #: from the payload (docs/fairness.md).
+        self.fairness_key: str | Callable[[Any], Any] | None = fairness_key
         #: The limit this task declares (set by each worker at start), or None.
         self.limit: tuple[str, int | None, RateLimit | None] | None = None
         concurrency, rate_limit = o["concurrency"], o["rate_limit"]
@@ -171,6 +181,10 @@ class Task:
             key = self.concurrency_key
             value = key(payload) if callable(key) else _field(payload, key)
             merged["limit_key"] = task_limit_key(self.name, value)
+        if self.fairness_key is not None and options.get("fairness_key") is None:
+            fkey = self.fairness_key
+            fvalue = fkey(payload) if callable(fkey) else _field(payload, fkey)
+            merged["fairness_key"] = None if fvalue is None else str(fvalue)
         unknown_options(options)
         merged.update(options)
         if self.validate is not None:

@@ -12,6 +12,7 @@ from leaseq.ops.admin import AdminOps
 from leaseq.ops.batches import BatchOps
 from leaseq.ops.enqueue import EnqueueOps
 from leaseq.ops.failure import FailureOps
+from leaseq.ops.fair import FairOps
 from leaseq.ops.inspect import InspectOps
 from leaseq.ops.lease import LeaseOps
 from leaseq.ops.limits import LimitOps
@@ -40,6 +41,7 @@ class Client(
     TraceOps,
     WebOps,
     LimitOps,
+    FairOps,
     StepOps,
     TokenOps,
 ):

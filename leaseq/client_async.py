@@ -17,6 +17,7 @@ from leaseq.ops.admin_async import AsyncAdminOps
 from leaseq.ops.batches_async import AsyncBatchOps
 from leaseq.ops.enqueue_async import AsyncEnqueueOps
 from leaseq.ops.failure_async import AsyncFailureOps
+from leaseq.ops.fair_async import AsyncFairOps
 from leaseq.ops.inspect_async import AsyncInspectOps
 from leaseq.ops.lease_async import AsyncLeaseOps
 from leaseq.ops.limits_async import AsyncLimitOps
@@ -45,6 +46,7 @@ class AsyncClient(
     AsyncTraceOps,
     AsyncWebOps,
     AsyncLimitOps,
+    AsyncFairOps,
     AsyncStepOps,
     AsyncTokenOps,
 ):

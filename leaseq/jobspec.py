@@ -254,6 +254,14 @@ OPTIONS: tuple[Option, ...] = (
         "the start deadline: never started after it (seconds from now or an aware datetime)",
     ),
     Option(
+        "fairness_key",
+        None,
+        validate.check_fairness_key,
+        ("fairness_key",),
+        _EVERY_INSERT | {"sig"},
+        "claimed in turn with the queue's other keys, weighted round robin (docs/fairness.md)",
+    ),
+    Option(
         "batch_id",
         None,
         _check_batch_id,
@@ -312,6 +320,7 @@ class EnqueueOptions(TypedDict, total=False):
     depends_on: Sequence[Any] | None
     on_dead: str
     expires: float | dt.timedelta | dt.datetime | None
+    fairness_key: str | None
     batch_id: int | None
 
 
@@ -341,6 +350,7 @@ class JobSpec:
     depends_on: Sequence[Any] | None = None
     on_dead: str = DEFAULT_ON_DEAD
     expires: float | dt.timedelta | dt.datetime | None = None
+    fairness_key: str | None = None
     batch_id: int | None = None
 
 
@@ -451,6 +461,7 @@ COPY_COLUMNS = (
     "key_policy",
     "limit_key",
     "expires_at",
+    "fairness_key",
 )
 
 
@@ -475,4 +486,5 @@ def copy_row(job_id: int, p: Mapping[str, Any], db_now: dt.datetime) -> tuple[An
         p["key_policy"],
         p["limit_key"],
         expires,
+        p["fairness_key"],
     )

@@ -254,6 +254,9 @@ def unclaimable_params(found: Sequence[Unclaimable]) -> dict[str, Any]:
 CAREFUL_SECONDS = 10.0
 #: Statements one claim may try when slot numbers race (see claim).
 CLAIM_ATTEMPTS = 3
+#: How long a client claims a queue that claim_jobs said is fair (LQ010) with
+#: claim_fair_jobs before it asks again: one refused statement per this many seconds.
+FAIR_SECONDS = 30.0
 
 
 def claim_goes_careful(exc: psycopg.Error) -> bool:

@@ -127,6 +127,17 @@ def check_ordering_key(value: object) -> str | None:
     return value
 
 
+def check_fairness_key(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 200 or not _storable(value):
+        raise ConfigError(
+            f"fairness_key must be a non-empty string of at most 200 characters "
+            f"(no NUL, valid Unicode), got {_short(value)}"
+        )
+    return value
+
+
 def check_key_policy(value: object) -> str:
     if value not in ("block", "skip"):
         raise ConfigError(f"key_policy must be 'block' or 'skip', got {_short(value)}")

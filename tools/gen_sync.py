@@ -67,6 +67,7 @@ INPUTS = (
     "leaseq/ops/pauses_async.py",
     "leaseq/ops/schedules_async.py",
     "leaseq/ops/limits_async.py",
+    "leaseq/ops/fair_async.py",
     "leaseq/ops/trace_async.py",
     "leaseq/ops/web_async.py",
     "leaseq/ops/steps_async.py",

@@ -153,6 +153,8 @@ class ClientBase:
         #: number still held), and until when (monotonic) their claims take
         #: claim_limited_jobs. Only a cost decision: the limits are the database's either way.
         self._careful_until: dict[str, float] = {}
+        #: Queues claim_jobs said are fair (LQ002): claimed with claim_fair_jobs until then.
+        self._fair_until: dict[str, float] = {}
         #: The read replica's pool (None: every read runs on the primary). Only ``_read``
         #: and ``_read_together`` use it: write methods have no way to reach it.
         self._reads: ReadPool | None = None

@@ -74,6 +74,17 @@ class EnqueueOps(DepsOps, PayloadOps):
         fields = job_fields({"task": task, "payload": payload, **options})
         params = job_params(fields, self.payload_limit, self._payload_sealer())
         params["channel"] = self.channel
+        if params["fairness_key"] is not None:
+            # Its key's row is touched after the insert, in the same transaction.
+            with self._transaction(connection) as conn:
+                result = self._enqueue_one(params, conn)
+                self._touch_fair_keys(conn, [params])
+            return result
+        return self._enqueue_one(params, connection)
+
+    def _enqueue_one(
+        self, params: dict[str, Any], connection: Connection[Any] | None
+    ) -> EnqueueResult:
         uploaded = self._offload([params])
         if self.tracing is None and not self._stores_payloads([params]):
             return self._insert_one(params, connection)
@@ -196,6 +207,15 @@ class EnqueueOps(DepsOps, PayloadOps):
         """Counted in the enqueuing process (``leaseq_unique_conflicts_total``)."""
         self.unique_conflicts[outcome] = self.unique_conflicts.get(outcome, 0) + 1
 
+    def _touch_fair_keys(
+        self, conn: Connection[Any], params_list: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """After the insert of jobs with fairness keys, in its transaction: their keys'
+        rows created or unparked (touch_fair_keys)."""
+        pairs = sorted({(p["queue"], p["fairness_key"]) for p in params_list if p["fairness_key"]})
+        params = {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs]}
+        self._rows("touch_fair_keys", params, conn)
+
     def _set_trace_contexts(
         self, conn: Connection[Any], ids: list[int], carriers: Sequence[Carrier | None]
     ) -> None:
@@ -223,6 +243,16 @@ class EnqueueOps(DepsOps, PayloadOps):
         params_list = [job_params(job_fields(job), self.payload_limit, seal) for job in jobs]
         if not params_list:
             return []
+        if any(p["fairness_key"] is not None for p in params_list):
+            with self._transaction(connection) as conn:
+                results = self._enqueue_list(params_list, conn)
+                self._touch_fair_keys(conn, params_list)
+            return results
+        return self._enqueue_list(params_list, connection)
+
+    def _enqueue_list(
+        self, params_list: list[dict[str, Any]], connection: Connection[Any] | None
+    ) -> list[EnqueueResult]:
         uploaded = self._offload(params_list)
         if self.tracing is None and not self._stores_payloads(params_list):
             return self._insert_many(params_list, connection)

@@ -70,6 +70,17 @@ class AsyncEnqueueOps(AsyncDepsOps, AsyncPayloadOps):
         fields = job_fields({"task": task, "payload": payload, **options})
         params = job_params(fields, self.payload_limit, self._payload_sealer())
         params["channel"] = self.channel
+        if params["fairness_key"] is not None:
+            # Its key's row is touched after the insert, in the same transaction.
+            async with self._transaction(connection) as conn:
+                result = await self._enqueue_one(params, conn)
+                await self._touch_fair_keys(conn, [params])
+            return result
+        return await self._enqueue_one(params, connection)
+
+    async def _enqueue_one(
+        self, params: dict[str, Any], connection: AsyncConnection[Any] | None
+    ) -> EnqueueResult:
         uploaded = await self._offload([params])
         if self.tracing is None and not self._stores_payloads([params]):
             return await self._insert_one(params, connection)
@@ -196,6 +207,15 @@ class AsyncEnqueueOps(AsyncDepsOps, AsyncPayloadOps):
         """Counted in the enqueuing process (``leaseq_unique_conflicts_total``)."""
         self.unique_conflicts[outcome] = self.unique_conflicts.get(outcome, 0) + 1
 
+    async def _touch_fair_keys(
+        self, conn: AsyncConnection[Any], params_list: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """After the insert of jobs with fairness keys, in its transaction: their keys'
+        rows created or unparked (touch_fair_keys)."""
+        pairs = sorted({(p["queue"], p["fairness_key"]) for p in params_list if p["fairness_key"]})
+        params = {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs]}
+        await self._rows("touch_fair_keys", params, conn)
+
     async def _set_trace_contexts(
         self, conn: AsyncConnection[Any], ids: list[int], carriers: Sequence[Carrier | None]
     ) -> None:
@@ -223,6 +243,16 @@ class AsyncEnqueueOps(AsyncDepsOps, AsyncPayloadOps):
         params_list = [job_params(job_fields(job), self.payload_limit, seal) for job in jobs]
         if not params_list:
             return []
+        if any(p["fairness_key"] is not None for p in params_list):
+            async with self._transaction(connection) as conn:
+                results = await self._enqueue_list(params_list, conn)
+                await self._touch_fair_keys(conn, params_list)
+            return results
+        return await self._enqueue_list(params_list, connection)
+
+    async def _enqueue_list(
+        self, params_list: list[dict[str, Any]], connection: AsyncConnection[Any] | None
+    ) -> list[EnqueueResult]:
         uploaded = await self._offload(params_list)
         if self.tracing is None and not self._stores_payloads(params_list):
             return await self._insert_many(params_list, connection)

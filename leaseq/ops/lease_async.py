@@ -20,6 +20,7 @@ from leaseq.owners import claim_owner
 from leaseq.params import (
     CAREFUL_SECONDS,
     CLAIM_ATTEMPTS,
+    FAIR_SECONDS,
     claim_goes_careful,
     coordinated,
     detail,
@@ -72,13 +73,30 @@ class AsyncLeaseOps(AsyncEndingOps, AsyncPayloadOps):
         # caller's transaction a failed statement would end that transaction: always the
         # limited statement there (without limits it is the plain claim).
         careful = connection is not None or self._careful_until.get(name, 0.0) > time.monotonic()
+        # A fair queue (docs/fairness.md): claim_jobs says so (LQ010, nothing claimed) and
+        # claim_fair_jobs takes it, for a while; in a caller's transaction, asked first.
+        now = time.monotonic()
+        fair = self._fair_until.get(name, 0.0) > now
+        if connection is not None and not fair:
+            fair = bool((await self._rows("queue_is_fair", params, connection))[0][0])
         rows: list[Any] = []
         for _ in range(CLAIM_ATTEMPTS):
-            statement = "claim_limited_jobs" if careful else "claim_jobs"
+            if fair:
+                statement = "claim_fair_jobs"
+            else:
+                statement = "claim_limited_jobs" if careful else "claim_jobs"
             try:
                 rows = await self._rows(statement, params, connection)
+                if fair and not rows:
+                    # The keys in turn may all have been found empty (now parked): the
+                    # next ones are asked once more before this claim says "nothing".
+                    rows = await self._rows(statement, params, connection)
                 break
             except psycopg.Error as exc:
+                if exc.sqlstate == "LQ010" and connection is None:
+                    self._fair_until[name] = time.monotonic() + FAIR_SECONDS
+                    fair = True
+                    continue
                 if not claim_goes_careful(exc) or connection is not None:
                     raise
                 # LQ001 (claim_needs_admit): limits apply; or a slot number under a queue

@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 25
+-- schema version: 26
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -42,7 +42,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (22, 'autoscaling'),
   (23, 'api_tokens'),
   (24, 'suspensions'),
-  (25, 'sql_api_refresh');
+  (25, 'sql_api_refresh'),
+  (26, 'fairness');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -114,6 +115,8 @@ CREATE TABLE {schema}.jobs (
   suspend_reason text,
   wake_at timestamptz,
   wait_signal text,
+  -- Fair dispatch (version 26): claimed in turn with the queue's other keys (fair_keys).
+  fairness_key text,
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
   CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
   -- A running job always has an owner and an expiry; no other state keeps either, so a
@@ -144,7 +147,12 @@ CREATE TABLE {schema}.jobs (
 -- do not slow claims down.
 CREATE INDEX jobs_claimable_idx
   ON {schema}.jobs (queue_name, priority DESC, available_at, id)
-  WHERE status = 'pending' AND NOT blocked AND NOT waiting;
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting AND fairness_key IS NULL;
+
+-- Jobs with a fairness key, per key in claim order (version 26; claim_fair_jobs).
+CREATE INDEX jobs_fair_idx
+  ON {schema}.jobs (queue_name, fairness_key, priority DESC, available_at, id)
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting AND fairness_key IS NOT NULL;
 
 -- The sweep's pending jobs past their start deadline (version 19).
 CREATE INDEX jobs_expiring_idx
@@ -261,7 +269,10 @@ WHERE status = 'dead';
 CREATE VIEW {schema}.queue_stats AS
 WITH pending_rows AS (
   SELECT queue_name, available_at FROM {schema}.jobs
-  WHERE status = 'pending' AND NOT blocked AND NOT waiting
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting AND fairness_key IS NULL
+  UNION ALL
+  SELECT queue_name, available_at FROM {schema}.jobs
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting AND fairness_key IS NOT NULL
   UNION ALL
   SELECT queue_name, available_at FROM {schema}.jobs
   WHERE status = 'pending' AND blocked AND ordering_key IS NOT NULL AND NOT waiting
@@ -990,10 +1001,19 @@ CREATE TABLE {schema}.queue_scaling (
 -- The claimable rows come from jobs_claimable_idx's predicate, so the backlog is counted
 -- from that partial index; the running rows from jobs_expired_lease_idx's.
 CREATE VIEW {schema}.autoscaling AS
-WITH claimable AS (
+WITH claimable_rows AS (
+  -- Keyless jobs from jobs_claimable_idx, jobs with a fairness key from jobs_fair_idx
+  -- (version 26).
+  SELECT queue_name, available_at FROM {schema}.jobs
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting AND fairness_key IS NULL
+    AND available_at <= now()
+  UNION ALL
+  SELECT queue_name, available_at FROM {schema}.jobs
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting AND fairness_key IS NOT NULL
+    AND available_at <= now()
+), claimable AS (
   SELECT queue_name, count(*) AS claimable, min(available_at) AS oldest
-  FROM {schema}.jobs
-  WHERE status = 'pending' AND NOT blocked AND NOT waiting AND available_at <= now()
+  FROM claimable_rows
   GROUP BY queue_name
 ), running AS (
   SELECT queue_name, count(*) AS running
@@ -1237,7 +1257,7 @@ DECLARE
   v_names text[] := ARRAY['task', 'payload', 'queue', 'priority', 'run_at', 'delay',
     'max_attempts', 'payload_version', 'idempotency_key', 'ordering_key', 'key_policy',
     'unique_key', 'unique_for', 'unique_states', 'on_conflict', 'debounce', 'debounce_max',
-    'limit_key', 'depends_on', 'on_dead', 'expires', 'batch_id'];
+    'limit_key', 'depends_on', 'on_dead', 'expires', 'fairness_key', 'batch_id'];
   v_job jsonb;
   v_unknown text;
   v_given text;
@@ -1403,6 +1423,8 @@ BEGIN
     'idempotency_key', {schema}._api_key('idempotency_key', v_job->'idempotency_key',
                                          'no NUL, valid Unicode'),
     'ordering_key', {schema}._api_key('ordering_key', v_job->'ordering_key',
+                                      'no NUL, valid Unicode'),
+    'fairness_key', {schema}._api_key('fairness_key', v_job->'fairness_key',
                                       'no NUL, valid Unicode'));
   IF jsonb_typeof(v_job->'key_policy') IS DISTINCT FROM 'string'
      OR v_job->>'key_policy' NOT IN ('block', 'skip') THEN
@@ -1702,6 +1724,7 @@ DECLARE
   p_reschedule boolean := (a_job->>'reschedule')::boolean;
   p_expires timestamptz := (a_job->>'expires')::timestamptz;
   p_expires_in float8 := (a_job->>'expires_in')::float8;
+  p_fairness_key text := a_job->>'fairness_key';
   p_channel text := {schema}._api_channel();
   p_keys text[];
   p_ids bigint[];
@@ -1727,6 +1750,17 @@ DECLARE
   v_cancelled bigint[];
   v_row record;
 BEGIN
+  -- A fairness key: its row created or unparked, gen bumped (touch_fair_keys), in this
+  -- transaction; the queue's key '' too.
+  IF p_fairness_key IS NOT NULL THEN
+    INSERT INTO {schema}.fair_keys (queue_name, fairness_key) VALUES (p_queue, '')
+    ON CONFLICT (queue_name, fairness_key) DO NOTHING;
+    INSERT INTO {schema}.fair_keys AS f (queue_name, fairness_key)
+    VALUES (p_queue, p_fairness_key)
+    ON CONFLICT (queue_name, fairness_key) DO UPDATE
+    SET gen = f.gen + 1, parked_until = NULL, park_step = 0,
+        pass = CASE WHEN f.park_step > 0 THEN NULL ELSE f.pass END;
+  END IF;
   IF p_ordering_key IS NOT NULL THEN
     p_keys := ARRAY[p_ordering_key];
     FOR v_row IN
@@ -1753,7 +1787,7 @@ WITH lock AS (
   INSERT INTO {schema}.jobs
     (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
      payload_version, idempotency_key, ordering_key, key_policy, blocked, unique_key,
-     unique_for, unique_states, debounce_until, limit_key, expires_at)
+     unique_for, unique_states, debounce_until, limit_key, expires_at, fairness_key)
   OVERRIDING SYSTEM VALUE
   SELECT lock.job_id, p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
          coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
@@ -1767,7 +1801,7 @@ WITH lock AS (
          ),
          p_unique_key, p_unique_for::float8, p_unique_states::text[],
          now() + make_interval(secs => p_debounce_max::float8), p_limit_key,
-         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8))
+         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key
   FROM lock
   RETURNING id, queue_name, available_at, blocked
 )
@@ -1797,7 +1831,7 @@ WITH lock AS (
   INSERT INTO {schema}.jobs
     (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
      payload_version, idempotency_key, ordering_key, key_policy, blocked, unique_key,
-     unique_for, unique_states, debounce_until, limit_key, expires_at)
+     unique_for, unique_states, debounce_until, limit_key, expires_at, fairness_key)
   OVERRIDING SYSTEM VALUE
   SELECT lock.job_id, p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
          coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
@@ -1811,7 +1845,7 @@ WITH lock AS (
          ),
          p_unique_key, p_unique_for::float8, p_unique_states::text[],
          now() + make_interval(secs => p_debounce_max::float8), p_limit_key,
-         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8))
+         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key
   FROM lock
   RETURNING id, queue_name, available_at, blocked
 )
@@ -1883,7 +1917,7 @@ WITH lock AS (
   INSERT INTO {schema}.jobs
     (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
      payload_version, idempotency_key, ordering_key, key_policy, blocked, unique_key,
-     unique_for, unique_states, debounce_until, limit_key, expires_at)
+     unique_for, unique_states, debounce_until, limit_key, expires_at, fairness_key)
   OVERRIDING SYSTEM VALUE
   SELECT lock.job_id, p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
          coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
@@ -1897,7 +1931,7 @@ WITH lock AS (
          ),
          p_unique_key, p_unique_for::float8, p_unique_states::text[],
          now() + make_interval(secs => p_debounce_max::float8), p_limit_key,
-         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8))
+         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key
   FROM lock
   RETURNING id, queue_name, available_at, blocked
 ), ev AS (
@@ -1925,12 +1959,12 @@ FROM ins
 -- statement: insert_job
 INSERT INTO {schema}.jobs
   (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-   payload_version, idempotency_key, key_policy, limit_key, expires_at)
+   payload_version, idempotency_key, key_policy, limit_key, expires_at, fairness_key)
 VALUES (
   p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
   coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
   p_max_attempts, p_payload_version, p_idempotency_key, p_key_policy, p_limit_key,
-  coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8))
+  coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key
 )
 RETURNING id, CASE WHEN available_at <= now() AND NOT blocked
   THEN pg_notify(p_channel, queue_name)::text END
@@ -1942,7 +1976,7 @@ WITH ins AS (
   INSERT INTO {schema}.jobs
     (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
      payload_version, idempotency_key, ordering_key, key_policy, blocked, limit_key,
-     expires_at)
+     expires_at, fairness_key)
   VALUES (
     p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
     coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
@@ -1955,7 +1989,7 @@ WITH ins AS (
       WHERE b.ordering_key = p_ordering_key AND ((b.status IN ('pending', 'running') AND NOT b.blocked)
  OR (b.status = 'dead' AND b.key_policy = 'block' AND NOT b.key_skipped))
     ),
-    p_limit_key, coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8))
+    p_limit_key, coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key
   )
   RETURNING id, queue_name, available_at, blocked
 )
@@ -2142,7 +2176,8 @@ CREATE FUNCTION {schema}.enqueue(
   depends_on bigint[] DEFAULT NULL,
   on_dead text DEFAULT NULL,
   expires jsonb DEFAULT NULL,
-  batch_id bigint DEFAULT NULL)
+  batch_id bigint DEFAULT NULL,
+  fairness_key text DEFAULT NULL)
 RETURNS bigint LANGUAGE sql
 AS $fn$
 SELECT {schema}._api_insert({schema}._api_check(
@@ -2154,7 +2189,8 @@ SELECT {schema}._api_insert({schema}._api_check(
      'key_policy', key_policy, 'unique_key', unique_key, 'unique_for', unique_for,
      'unique_states', unique_states, 'on_conflict', on_conflict, 'debounce', debounce,
      'debounce_max', debounce_max, 'limit_key', limit_key, 'depends_on', depends_on,
-     'on_dead', on_dead, 'expires', expires, 'batch_id', batch_id)) AS o
+     'on_dead', on_dead, 'expires', expires, 'batch_id', batch_id,
+     'fairness_key', fairness_key)) AS o
    WHERE jsonb_typeof(o.value) <> 'null')
   || jsonb_build_object('task', task, 'payload', coalesce(payload, 'null'::jsonb))))
 $fn$;
@@ -2375,3 +2411,36 @@ CREATE TABLE {schema}.job_signals (
   PRIMARY KEY (job_id, name),
   CONSTRAINT job_signals_name_bounded CHECK (length(name) <= 128 AND length(actor) <= 200)
 );
+-- Fair dispatch (version 26, docs/fairness.md): per queue and fairness key, its weight and
+-- its pass (virtual time: a claim of m of its jobs advances it by m / weight; NULL: joins
+-- at the queue's current one); a key found with nothing claimable is parked a while
+-- (parked_until, park_step), and an enqueue unparks it and bumps gen.
+CREATE TABLE {schema}.fair_keys (
+  queue_name text NOT NULL,
+  fairness_key text NOT NULL,
+  weight float8 NOT NULL DEFAULT 1,
+  pass float8,
+  gen bigint NOT NULL DEFAULT 0,
+  parked_until timestamptz,
+  park_step float8 NOT NULL DEFAULT 0,
+  PRIMARY KEY (queue_name, fairness_key),
+  CONSTRAINT fair_keys_weight_positive CHECK (weight > 0 AND weight <= 1000000)
+);
+
+-- The keys in turn (not parked) by pass, and the parked ones by the end of their park.
+CREATE INDEX fair_keys_pass_idx ON {schema}.fair_keys (queue_name, pass NULLS FIRST)
+  WHERE parked_until IS NULL;
+CREATE INDEX fair_keys_parked_idx ON {schema}.fair_keys (queue_name, parked_until)
+  WHERE parked_until IS NOT NULL;
+
+-- claim_jobs's (and claim_limited_jobs's) way of saying "this queue is fair: claim it with
+-- claim_fair_jobs" (SQLSTATE LQ010), before anything is locked.
+CREATE FUNCTION {schema}.claim_needs_fair()
+RETURNS bigint[]
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+  RAISE EXCEPTION 'leaseq: this queue has fairness keys (claim_fair_jobs takes it)'
+    USING ERRCODE = 'LQ010';
+END
+$fn$;

@@ -103,6 +103,7 @@ CASES: dict[str, list[tuple[Any, bool, dict[str, Any]]]] = {
         (5, False, {}),
     ],
     "ordering_key": [("o1", True, {}), ("o" * 201, False, {}), ("", False, {}), ([], False, {})],
+    "fairness_key": [("f1", True, {}), ("f" * 201, False, {}), ("", False, {}), (3, False, {})],
     "key_policy": [
         ("skip", True, {"ordering_key": "o"}),
         ("block", True, {}),

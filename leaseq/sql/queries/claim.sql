@@ -11,6 +11,8 @@ SELECT id
     AND status = 'pending'
     AND NOT blocked
     AND NOT waiting
+    -- Jobs with a fairness key are claim_fair_jobs' (jobs_claimable_idx holds none).
+    AND fairness_key IS NULL
     AND available_at <= now()
     -- A start deadline passed: never started (the sweep ends it EXPIRED). now() is the
     -- claim's own clock, the one started_at is set from in the same statement.
@@ -130,6 +132,8 @@ SET {_claim_set},
 -- The CASE sits in a scalar subquery (an InitPlan, run once): bare, its volatile ELSE
 -- made the id test unusable for the primary key, and the UPDATE read the whole table.
 WHERE j.id = ANY((SELECT CASE
+  -- A fair queue (it has fair_keys rows) is claim_fair_jobs' (LQ010, nothing locked yet).
+  WHEN {_queue_is_fair} THEN {schema}.claim_needs_fair()
   WHEN NOT {_limits_apply}
     -- No limit: the seed's claim. The fast path: a limit of at least this claim's size (so
     -- the batch's own numbers cannot collide; the LIMIT stays a plain parameter, which the
@@ -160,7 +164,8 @@ END)::bigint[])
 -- that could apply it is the seed's claim, so a caller's transaction (the testing kit's
 -- drain) can always use this one: it never fails for a slot race of its own making.
 WITH {_wake_due}, pick AS MATERIALIZED (
-  SELECT CASE WHEN NOT {_limits_apply}
+  SELECT CASE WHEN {_queue_is_fair} THEN {schema}.claim_needs_fair()
+              WHEN NOT {_limits_apply}
            THEN ARRAY({_claim_candidates} LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
          END AS ids,
          -- A bounded scan of candidates (enough to step over a few full keys, bounded so
@@ -168,7 +173,7 @@ WITH {_wake_due}, pick AS MATERIALIZED (
          -- (SKIP LOCKED, re-checked), takes their slots and rate tokens and returns the
          -- first %(limit)s that got all of them. The others stay pending in their place (no
          -- attempt charged) and the claim takes later work instead.
-         CASE WHEN {_limits_apply}
+         CASE WHEN {_limits_apply} AND NOT {_queue_is_fair}
            THEN {schema}.admit(ARRAY({_claim_candidates} LIMIT least(4 * %(limit)s + 32, 2000)),
                                %(limit)s)
          END AS adm

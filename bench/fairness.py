@@ -1,0 +1,116 @@
+"""Fair dispatch's cost: a drain of a fair queue with 10,000 keys against the plain drain of
+the same number of keyless jobs, and the plain claim statement against the same statement
+without the fair-queue check (the claim as it was before fairness keys), interleaved.
+
+    .venv/bin/python -m bench.fairness [--dsn DSN] [--jobs 40000] [--keys 10000] [--repeat 3]
+
+Drain: two schemas per round, filled the same way (``--jobs`` no-op jobs, untimed), one
+with every job under one of ``--keys`` fairness keys (round robin), one without keys; each
+drained by one client claiming 10 at a time (``claim`` + ``complete_many``, the work of a
+worker at concurrency 10 without the handler). Rounds alternate the order of the two
+modes. Prints jobs/s per mode per round, the medians and the ratio fair / plain (target
+>= 0.85).
+
+Statement: on one connection, the bare ``claim_jobs`` (prepared) of a queue without keys
+against the same text without its ``_queue_is_fair`` check, alternating claim by claim
+(target: at most 1.03).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import leaseq
+from bench.db import PENDING_ROWS, connect, fresh_schema, insert_rows, vacuum_analyze
+from bench.harness import resolve_bench_dsn
+
+
+def _fill(dsn: str, client: leaseq.Client, jobs: int, keys: int) -> None:
+    if keys == 0:
+        with connect(dsn) as conn:
+            insert_rows(conn, client.schema, PENDING_ROWS, jobs)
+    else:
+        for start in range(0, jobs, 10_000):
+            n = min(10_000, jobs - start)
+            client.enqueue_many(
+                [{"task": "noop", "fairness_key": f"k{(start + i) % keys}"} for i in range(n)]
+            )
+    with connect(dsn) as conn:
+        vacuum_analyze(conn, client.schema)
+
+
+def _drain(client: leaseq.Client, jobs: int) -> float:
+    done = 0
+    started = time.perf_counter()
+    while leases := client.claim(worker="bench", limit=10):
+        client.complete_many(leases)
+        done += len(leases)
+    took = time.perf_counter() - started
+    if done != jobs:
+        raise SystemExit(f"drained {done} of {jobs} jobs")
+    return done / took
+
+
+def _without_fair_check(claim: str) -> str:
+    start = claim.rindex("WHEN EXISTS", 0, claim.index(".fair_keys AS fq"))
+    end = claim.index("WHEN NOT EXISTS", start)
+    text = claim[:start] + claim[end:]
+    if ".fair_keys" in text:
+        raise SystemExit("claim_jobs changed shape: update bench/fairness.py")
+    return text
+
+
+def _statement_cost(dsn: str, claims: int) -> tuple[float, float]:
+    with fresh_schema(dsn, "fair_sql") as client, connect(dsn) as conn:
+        insert_rows(conn, client.schema, PENDING_ROWS, 2 * (claims + 50) * 10 + 1000)
+        vacuum_analyze(conn, client.schema)
+        conn.execute("SET plan_cache_mode = force_generic_plan; SET jit = off")
+        texts = {"now": client.queries["claim_jobs"]}
+        texts["before"] = _without_fair_check(texts["now"])
+        params = {"queue": "default", "owner": "bench", "lease_seconds": 60.0, "limit": 10}
+        took: dict[str, list[float]] = {name: [] for name in texts}
+        for i in range(claims + 50):
+            for name in sorted(texts, reverse=bool(i % 2)):
+                started = time.perf_counter()
+                got = conn.execute(texts[name], params, prepare=True).fetchall()
+                if i >= 50:
+                    took[name].append(time.perf_counter() - started)
+                if len(got) != 10:
+                    raise SystemExit("ran out of pending jobs")
+    return statistics.median(took["now"]), statistics.median(took["before"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--dsn", default=None, help="default: env LEASEQ_DSN, else embedded")
+    parser.add_argument("--jobs", type=int, default=40_000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--claims", type=int, default=2000)
+    args = parser.parse_args()
+    dsn = resolve_bench_dsn(args.dsn)
+    rates: dict[str, list[float]] = {"plain": [], "fair": []}
+    for r in range(args.repeat):
+        order = ["plain", "fair"] if r % 2 == 0 else ["fair", "plain"]
+        for mode in order:
+            with fresh_schema(dsn, f"fair_{mode}") as client:
+                _fill(dsn, client, args.jobs, args.keys if mode == "fair" else 0)
+                rates[mode].append(_drain(client, args.jobs))
+        print(f"round {r + 1}: " + ", ".join(f"{m} {rates[m][-1]:,.0f} jobs/s" for m in order))
+    med = {m: statistics.median(v) for m, v in rates.items()}
+    print(
+        f"{args.jobs:,} jobs, {args.keys:,} keys, {args.repeat} round(s): plain "
+        f"{med['plain']:,.0f} jobs/s, fair {med['fair']:,.0f} jobs/s, "
+        f"fair / plain {med['fair'] / med['plain']:.3f} (target >= 0.85)"
+    )
+    now, before = _statement_cost(dsn, args.claims)
+    print(
+        f"claim_jobs of a queue without keys: {now * 1000:.3f} ms, without the fair check "
+        f"{before * 1000:.3f} ms: {now / before:.3f} (target <= 1.03)"
+    )
+
+
+if __name__ == "__main__":
+    main()

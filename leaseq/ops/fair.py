@@ -1,0 +1,48 @@
+# Generated from leaseq/ops/fair_async.py by tools/gen_sync.py. Do not edit by hand:
+# change the async source and run `python tools/gen_sync.py`.
+"""Fair dispatch inside a queue (docs/fairness.md): per-key weights (audited in
+``admin_events``) and the per-key view of a fair queue. The fair claim itself is
+``claim_fair_jobs`` (leaseq.ops.lease chooses it), the enqueue's touch of the keys is
+in leaseq.ops.enqueue; the rules are ``leaseq.rules.fairness``.
+
+The synchronous twin of ``leaseq/ops/fair_async.py``; see that file for the logic.
+"""
+
+from __future__ import annotations
+
+from leaseq import validate
+from leaseq.ops.base import ClientBase
+from leaseq.rules.fairness import TOP_KEYS, FairKey, check_weight, fair_keys_from_rows
+from leaseq.rules.pauses import check_actor, check_reason
+
+
+class FairOps(ClientBase):
+    def set_fair_weight(
+        self,
+        queue: str,
+        key: str,
+        weight: float,
+        *,
+        actor: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Give ``key`` of the fair queue ``queue`` the weight ``weight`` (default 1): while
+        several keys have claimable work, each gets claims in proportion to its weight. The
+        key ``""`` is the queue's jobs without a key. Audited (``admin_events``)."""
+        params = {
+            "queue": validate.check_name("queue", queue),
+            "key": key if key == "" else validate.check_fairness_key(key),
+            "weight": check_weight(weight),
+            "actor": check_actor(actor),
+            "reason": check_reason("weight", reason, required=False),
+        }
+        self._rows("set_fair_weight", params)
+
+    def fair_keys(self, queue: str, *, limit: int = TOP_KEYS) -> list[FairKey]:
+        """The keys of a fair queue, the largest backlogs first (at most ``limit``); empty
+        for a queue that is not fair."""
+        params = {
+            "queue": validate.check_name("queue", queue),
+            "limit": validate.check_int("limit", limit, 1, 10_000),
+        }
+        return fair_keys_from_rows(self._rows("fair_keys", params))

@@ -1,0 +1,44 @@
+"""Fair dispatch inside a queue (docs/fairness.md): per-key weights (audited in
+``admin_events``) and the per-key view of a fair queue. The fair claim itself is
+``claim_fair_jobs`` (leaseq.ops.lease_async chooses it), the enqueue's touch of the keys is
+in leaseq.ops.enqueue_async; the rules are ``leaseq.rules.fairness``.
+"""
+
+from __future__ import annotations
+
+from leaseq import validate
+from leaseq.ops.base_async import AsyncClientBase
+from leaseq.rules.fairness import TOP_KEYS, FairKey, check_weight, fair_keys_from_rows
+from leaseq.rules.pauses import check_actor, check_reason
+
+
+class AsyncFairOps(AsyncClientBase):
+    async def set_fair_weight(
+        self,
+        queue: str,
+        key: str,
+        weight: float,
+        *,
+        actor: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Give ``key`` of the fair queue ``queue`` the weight ``weight`` (default 1): while
+        several keys have claimable work, each gets claims in proportion to its weight. The
+        key ``""`` is the queue's jobs without a key. Audited (``admin_events``)."""
+        params = {
+            "queue": validate.check_name("queue", queue),
+            "key": key if key == "" else validate.check_fairness_key(key),
+            "weight": check_weight(weight),
+            "actor": check_actor(actor),
+            "reason": check_reason("weight", reason, required=False),
+        }
+        await self._rows("set_fair_weight", params)
+
+    async def fair_keys(self, queue: str, *, limit: int = TOP_KEYS) -> list[FairKey]:
+        """The keys of a fair queue, the largest backlogs first (at most ``limit``); empty
+        for a queue that is not fair."""
+        params = {
+            "queue": validate.check_name("queue", queue),
+            "limit": validate.check_int("limit", limit, 1, 10_000),
+        }
+        return fair_keys_from_rows(await self._rows("fair_keys", params))
