@@ -113,3 +113,36 @@ def test_a_stopped_worker_cannot_release_or_move_the_key_after_it_moved_on(
     assert _holder(dsn, schema, "sync:acct") == [(int(follow), True)]
     assert client.get_job(first).status is JobStatus.CANCELLED  # type: ignore[union-attr]
     assert client.enqueue("touch_then_sleep", {}, unique_key="sync:acct").existing
+
+
+def test_shutdown_release_of_a_superseded_prefetched_job_ends_it_cancelled(
+    dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
+) -> None:
+    """Issue 28, item 1: a deploy's SIGTERM releases a prefetched keyed job whose key a
+    replace moved to a follow-up meanwhile. Before the fix the release put it back to
+    pending beside the follow-up: two live jobs with the key, the old payload run after it
+    was replaced. Now it ends cancelled (SUPERSEDED) and only the follow-up runs."""
+    marker = tmp_path / "runs"
+    blocker = client.enqueue("touch_then_sleep", {"marker": str(marker), "seconds": 2})
+    old = client.enqueue("touch_then_sleep", {"marker": str(marker), "v": 1}, unique_key="deploy:1")
+    args = ("--concurrency", "1", "--prefetch", "1", "--poll-interval", "0.05")
+    with WorkerProcess(dsn, schema, *args, log_dir=tmp_path) as worker:
+        wait_for(marker.exists, 30, "the blocker to start")
+        wait_for(lambda: client.get_job(old).status is JobStatus.RUNNING, 10, "the prefetch")  # type: ignore[union-attr]
+        new = client.enqueue(
+            "touch_then_sleep",
+            {"marker": str(marker), "v": 2},
+            unique_key="deploy:1",
+            on_conflict="replace",
+        )
+        assert new.outcome == "follow_up"  # the holder is leased (prefetched), not pending
+        worker.signal(signal.SIGTERM)  # finishes the blocker, releases the prefetched job
+        assert worker.wait(30) == 0, worker.output()
+    job = client.get_job(old)
+    assert job is not None and job.status is JobStatus.CANCELLED, job
+    assert job.last_error_code == "SUPERSEDED" and job.attempt_count == 0
+    assert _live(dsn, schema, "deploy:1") == [int(new)]
+    with WorkerProcess(dsn, schema, *DRAIN, log_dir=tmp_path) as drain:
+        assert drain.wait(60) == 0, drain.output()
+    started = [int(line.split(":")[0]) for line in marker.read_text().splitlines()]
+    assert started == [int(blocker), int(new)], "the replaced payload never runs"
