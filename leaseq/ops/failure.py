@@ -28,10 +28,18 @@ class FailureOps(EndingOps):
     ) -> dict[int, JobStatus]:
         """Report failed attempts, fenced; returns each job still ours with its new status.
         With ``connection`` the report joins that connection's transaction."""
+        ended = self.fail_leases(failures, connection=connection)
+        return {job_id: status for (job_id, _), status in ended.items()}
+
+    def fail_leases(
+        self, failures: Sequence[Failure], *, connection: Connection[Any] | None = None
+    ) -> dict[tuple[int, int], JobStatus]:
+        """``fail_many`` by lease: the (job id, token) of each failure still ours, with the
+        job's new status, so a stale and a current lease of one job stay apart."""
         self._refuse_isolation(connection)
         if not failures:
             return {}
-        result: dict[int, JobStatus] = {}
+        result: dict[tuple[int, int], JobStatus] = {}
         # Leases claimed under limits and nothing else take fail_limited_jobs (the plain
         # failure that also gives back their slots). Jobs with a unique key or dependents
         # (and leases of limits the one-statement paths did not take) take
@@ -44,22 +52,24 @@ class FailureOps(EndingOps):
             params = fail_params(plain, self.retry_policy, self.redact)
             keys = [f.lease.ordering_key for f in plain]
             rows = self._change_jobs("fail_jobs", params, keys, connection)
-            result.update({int(row[0]): JobStatus(row[1]) for row in rows})
+            result.update({(int(r[0]), int(r[2])): JobStatus(r[1]) for r in rows})
         # Leases claimed under limits and nothing else: one statement frees their slots.
         limited = [f for f in failures if limited_only(f.lease)]
         if limited:
             params = fail_params(limited, self.retry_policy, self.redact)
             keys = [f.lease.ordering_key for f in limited]
             rows = self._change_jobs("fail_limited_jobs", params, keys, connection)
-            result.update({int(row[0]): JobStatus(row[1]) for row in rows})
-        rest = [f for f in failures if f.lease.job_id not in result]
+            result.update({(int(r[0]), int(r[2])): JobStatus(r[1]) for r in rows})
+        rest = [f for f in failures if (f.lease.job_id, f.lease.token) not in result]
         if rest:
             params = fail_params(rest, self.retry_policy, self.redact)
             keys = [f.lease.ordering_key for f in rest]
             with self._transaction(connection) as conn:
                 rows = self._change_jobs("fail_keyed_jobs", params, keys, conn)
-                ended = {int(row[0]): JobStatus(row[1]) for row in rows}
-                self._promote_dependents(conn, [i for i, s in ended.items() if s.terminal])
+                ended = {(int(r[0]), int(r[2])): JobStatus(r[1]) for r in rows}
+                self._promote_dependents(
+                    conn, [job_id for (job_id, _), s in ended.items() if s.terminal]
+                )
             result.update(ended)
         return result
 

@@ -105,8 +105,7 @@ class Completer:
 
     async def _fail(self, pending: list[_Pending]) -> dict[_Key, JobStatus]:
         failures = [p.outcome for p in pending if isinstance(p.outcome, Failure)]
-        ended = await self._client.fail_many(failures)
-        return {_key(p): ended[p.lease.job_id] for p in pending if p.lease.job_id in ended}
+        return await self._client.fail_leases(failures)
 
     async def _write(
         self,

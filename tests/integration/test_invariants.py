@@ -331,3 +331,33 @@ def test_a_batch_outliving_retention_fires_the_right_callback(
     assert client.complete(callback)
     _age_finished(dsn, schema)
     assert client.prune(older_than=60) >= 2
+
+
+async def test_completer_keeps_a_stale_and_a_current_failure_of_one_job_apart(
+    dsn: str, schema: str, client: leaseq.Client, aclient: leaseq.AsyncClient
+) -> None:
+    """As for completions: the stale failure is reported lost, the current one with the
+    job's new status."""
+    stale, current = _stale_and_current(dsn, schema, client)
+    completer = Completer(aclient)
+    task = asyncio.create_task(completer.run())
+    seen: dict[int, JobStatus | None] = {}
+    events = []
+    try:
+        for lease in (stale, current):
+            event = asyncio.Event()
+            events.append(event)
+
+            def done(status: JobStatus | None, token: int = lease.token, ev: Any = event) -> None:
+                seen[token] = status
+                ev.set()
+
+            failure = leaseq.Failure(lease, "BOOM")
+            completer.submit(failure, deadline=time.monotonic() + 60, on_done=done)
+        for event in events:
+            await asyncio.wait_for(event.wait(), 30)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert seen == {stale.token: None, current.token: JobStatus.PENDING}

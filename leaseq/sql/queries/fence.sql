@@ -35,7 +35,7 @@ SELECT id,
                  ELSE reason END
             || coalesce(': ' || detail, ''), 4000)
 FROM upd
-RETURNING job_id, to_status::text
+RETURNING job_id, to_status::text, lease_token
 
 -- name: _failure_input
 -- The failures of a batch as Python decided them (fail_jobs, fail_keyed_jobs), one row each.
