@@ -74,6 +74,10 @@ DEFAULT_PAGES = [
     "/keys",
     "/pauses",
     "/limits",
+    "/workers",
+    "/tasks",
+    "/tasks?window=24h",
+    "/dead/groups",
 ]
 
 #: Filtered job lists, timed for information: a narrow filter walks the primary key
@@ -87,6 +91,8 @@ FILTERED_PAGES = [
     "/jobs?unique_key=u-500000",
     '/jobs?payload={"user": 7}',
     "/dead?queue=q2&error_code=E2",
+    "/dead?before={id}",
+    "/jobs?created_after=2000-01-01T00:00&created_before=2001-01-01T00:00",
 ]
 
 
@@ -107,7 +113,8 @@ def add_limits(client: leaseq.Client) -> None:
 
 
 def default_reads(job_id: int) -> list[tuple[str, dict[str, Any] | None]]:
-    """Every named read the default pages send, with the parameters they send."""
+    """Every named read the default pages send (the newer pages of issue 29 too), with
+    the parameters they send."""
     no_filter = {
         "statuses": None,
         "queue": None,
@@ -117,6 +124,8 @@ def default_reads(job_id: int) -> list[tuple[str, dict[str, Any] | None]]:
         "unique_key": None,
         "payload": None,
         "before": None,
+        "created_after": None,
+        "created_before": None,
     }
     dead = job_filter(["dead"])
     one = {"id": job_id}
@@ -135,6 +144,19 @@ def default_reads(job_id: int) -> list[tuple[str, dict[str, Any] | None]]:
         ("web_job_ordering_key", one),
         ("blocked_keys", {"limit": 100}),
         ("list_limits", {}),
+        ("web_waiting_counts", None),
+        ("web_dead_jobs", {**dead, "before": None, "limit": 50}),
+        ("web_dead_jobs", {**dead, "before": job_id, "limit": 50}),
+        ("web_workers", None),
+        ("web_task_stats", {"window": THROUGHPUT_WINDOW, "seconds": 3600.0}),
+        ("web_task_stats", {"window": THROUGHPUT_WINDOW, "seconds": 86400.0}),
+        ("web_dead_groups", {"queue": None}),
+        ("web_state_estimates", None),
+        ("job_dependencies", one),
+        ("job_dependents", {**one, "limit": 100}),
+        ("job_batch", one),
+        ("job_result", one),
+        ("get_batch", one),
     ]
 
 

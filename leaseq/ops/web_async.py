@@ -13,11 +13,14 @@ from typing import Any, NamedTuple, Unpack
 
 from leaseq import validate
 from leaseq.models import (
+    BatchInfo,
     BlockedKey,
+    Dependency,
     EffectRecord,
     Job,
     JobEvent,
     JobFilter,
+    JobResult,
     QueueScaling,
     QueueStats,
     UniqueKeyHolder,
@@ -35,6 +38,16 @@ class JobFlags(NamedTuple):
     ordering_key: str | None
     waiting: bool
     blocked: bool
+
+
+class JobLinks(NamedTuple):
+    """The job page's workflow view: what the job waits for, what waits for it (the first
+    100), its batch and its stored result (as stored: a sealed value stays sealed)."""
+
+    dependencies: list[Dependency]
+    dependents: list[Dependency]
+    batch: BatchInfo | None
+    result: JobResult | None
 
 
 class WorkerLeases(NamedTuple):
@@ -252,3 +265,25 @@ class AsyncWebOps(AsyncClientBase):
         """The planner's estimate of how many jobs are in each state (history included)."""
         (rows,) = await self._web_rows([("web_state_estimates", None)])
         return {str(state): int(count) for state, count in rows}
+
+    async def web_job_links(self, job_id: int) -> JobLinks:
+        """The job's dependencies, dependents, batch and stored result."""
+        params = {"id": validate.check_int("job id", job_id, 1, 2**63 - 1)}
+        deps, dependents, batch_of, result = await self._web_rows(
+            [
+                ("job_dependencies", params),
+                ("job_dependents", {**params, "limit": 100}),
+                ("job_batch", params),
+                ("job_result", params),
+            ]
+        )
+        batch = None
+        if batch_of and batch_of[0][0] is not None:
+            (found,) = await self._web_rows([("get_batch", {"id": int(batch_of[0][0])})])
+            batch = BatchInfo(*found[0]) if found else None
+        return JobLinks(
+            [Dependency(int(r[0]), r[1], r[2]) for r in deps],
+            [Dependency(int(r[0]), r[1], r[2], bool(r[3])) for r in dependents],
+            batch,
+            JobResult(job_id, *result[0]) if result else None,
+        )

@@ -32,6 +32,12 @@ def payload_text(web: Web, job: Job) -> str:
     return web.client.redact(shown) if web.client.redact is not None else shown
 
 
+def value_text(web: Web, value: Any) -> str:
+    """A stored result as readable JSON (a sealed one as such), through the redaction hook."""
+    shown = json.dumps(at_rest(value), indent=2, ensure_ascii=False, default=str)
+    return web.client.redact(shown) if web.client.redact is not None else shown
+
+
 class Pages:
     def __init__(self, web: Web) -> None:
         self.web = web
@@ -172,9 +178,13 @@ class Pages:
             }
             return self.web.render(request, "job.html", context, 404)
         job, events, effects, holder, flags = found
+        links = await self.web.client.web_job_links(job_id)
+        result = links.result if links.result is not None and links.result.stored else None
         context = {
             "job": job,
             "flags": flags,
+            "links": links,
+            "result_text": value_text(self.web, result.value) if result is not None else None,
             "payload": payload_text(self.web, job),
             "events": events,
             "effects": effects,

@@ -1,4 +1,5 @@
-"""The dashboard's default pages, and the queue_stats view behind `leaseq status`, on a
+"""The dashboard's default pages (workers, tasks, dead groups, the dead list's next page and
+the job list's state counts included), and the queue_stats view behind `leaseq status`, on a
 1,000,000-job table: EXPLAIN every read they send (with the values they bind) and fail on a
 sequential scan of the jobs table, which on a big history is what turns a dashboard into a
 45-second page (good_job#1366)."""

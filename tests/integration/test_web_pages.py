@@ -238,3 +238,25 @@ def test_live_updates_are_a_static_script_with_a_pause(web: TestClient) -> None:
     assert 'src="/static/live.js"' in page and "data-live" in page and "live-toggle" in page
     script = web.get("/static/live.js").text
     assert "document.hidden" in script and "localStorage" in script
+
+
+def test_job_page_shows_its_workflow_batch_and_stored_result(
+    web: TestClient, client: leaseq.Client
+) -> None:
+    parent = int(client.enqueue("extract", {}, queue="wf"))
+    child = int(client.enqueue("load", {}, queue="wf", depends_on=[parent]))
+    (lease,) = client.claim("wf", worker="w")
+    assert lease.job_id == parent
+    value = '{"rows": 3, "token": "abc123secret"}'
+    assert client.complete_many([lease], results={parent: (value, 3600.0)}) == {parent}
+    page = web.get(f"/jobs/{parent}").text
+    assert "<h2>Workflow</h2>" in page and f'href="/jobs/{child}"' in page
+    assert "<h2>Stored result</h2>" in page and "&#34;rows&#34;: 3" in page
+    assert "abc123secret" not in page  # the result passes the redaction hook too
+    assert f'href="/jobs/{parent}"' in web.get(f"/jobs/{child}").text
+    with client.batch(on_finish=leaseq.Sig("report")) as batch:
+        member = int(batch.enqueue("part", {}, queue="bt"))
+        batch.enqueue("part", {}, queue="bt")
+    shown = web.get(f"/jobs/{member}").text
+    assert f"<h2>Batch {batch.id}</h2>" in shown and "on_finish: report" in shown
+    assert '<span class="state pending">pending</span> 2' in shown

@@ -31,6 +31,7 @@ REPLICA_READS = {
     "web_limits",
     "web_autoscaling",
     "web_waiting",
+    "web_job_links",
     "web_workers",
     "web_tasks",
     "web_dead_groups",
