@@ -315,7 +315,9 @@ class Executor:
         job = SyncJob(running, self._cancel_sync, waiter)
         self._threads.submit(job)
         try:
-            return await waiter
+            # Shielded: a task's cancel would cancel the very future it awaits, and the
+            # thread's outcome must still be waited for after an abort (below).
+            return await asyncio.shield(waiter)
         except asyncio.CancelledError:
             if self._threads.withdraw(job) or running.ctx.aborted is None:
                 job.finished = True  # an outcome handed back later is dropped

@@ -3,16 +3,22 @@
 Boundaries: the concurrency bound holds for sync and async handlers together; a long sync
 handler does not hold up short ones beside it, nor its own lease renewal; a sync handler
 that raises (even ``SystemExit``) has its failure reported at once; an operator cancel
-reaches a running sync handler; shutdown in the middle of a batch finishes what started and
-releases what did not, and nothing released ever ran.
+reaches a running sync handler; one past ``max_runtime`` is stopped in its thread and
+retried only once that thread has ended (with and without tracing); shutdown in the
+middle of a batch finishes what started and releases what did not, and nothing released
+ever ran.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 import leaseq
 from leaseq import JobStatus
@@ -204,3 +210,57 @@ async def test_shutdown_mid_batch_finishes_started_sync_jobs_and_releases_the_re
             assert job.status == JobStatus.SUCCEEDED
         else:
             assert (job.status, job.attempt_count) == (JobStatus.PENDING, 0), "no attempt charged"
+
+
+class _QuietTracing:
+    """Tracing hooks that record nothing: with tracing on, a sync attempt is awaited by a
+    task of its own (the other path through the executor)."""
+
+    class _Scope:
+        def sent(self, job_ids: Any) -> None:
+            pass
+
+        def finished(self, failure: Any) -> None:
+            pass
+
+        def carrier(self) -> None:
+            return None
+
+    @contextlib.contextmanager
+    def send(self, jobs: Any) -> Iterator[_QuietTracing._Scope]:
+        yield self._Scope()
+
+    @contextlib.contextmanager
+    def process(self, lease: Any, stored: Any) -> Iterator[_QuietTracing._Scope]:
+        yield self._Scope()
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["plain", "traced"])
+async def test_a_sync_handler_past_max_runtime_is_stopped_before_its_retry_starts(
+    dsn: str, schema: str, client: leaseq.Client, traced: bool
+) -> None:
+    """The soft stop lands in the handler's thread (it never calls ctx.progress()), and the
+    retry starts only after that thread has ended, though a second slot is free."""
+    app = _app(dsn, schema)
+    if traced:
+        app.tracing = _QuietTracing()  # type: ignore[assignment]
+    marks: list[tuple[str, int]] = []
+
+    @app.task(name="overrun", max_runtime=0.3, renew="alive", max_attempts=2)
+    def overrun(ctx: leaseq.JobContext, payload: Any) -> None:
+        marks.append(("start", ctx.attempt))
+        try:
+            end = time.monotonic() + 10
+            while time.monotonic() < end:
+                time.sleep(0.01)
+        finally:
+            time.sleep(0.3)  # a clean-up: the retry must still wait for it
+            marks.append(("end", ctx.attempt))
+
+    job_id = client.enqueue("overrun", max_attempts=2)
+    stats = await asyncio.wait_for(leaseq.Worker(app, _config(concurrency=2)).run(), 30)
+    assert marks == [("start", 1), ("end", 1), ("start", 2), ("end", 2)]
+    job = client.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.last_error_code) == (JobStatus.DEAD, "MAX_RUNTIME_EXCEEDED")
+    assert stats.soft_stops == 2 and stats.aborted == {"MAX_RUNTIME_EXCEEDED": 2}
