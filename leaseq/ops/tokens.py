@@ -79,3 +79,11 @@ class TokenOps(ClientBase):
         params = {"actor": actor, "limit": validate.check_int("limit", limit, 1, 100_000)}
         keys = ("id", "at", "actor", "method", "path", "status", "detail")
         return [dict(zip(keys, row, strict=True)) for row in self._rows("api_requests", params)]
+
+    def prune_api_requests(self, *, older_than: float, batch_size: int = 1000) -> int:
+        """Delete trail rows older than ``older_than`` seconds (at most ``batch_size``)."""
+        params = {
+            "older_than": validate.check_positive_seconds("older_than", older_than, 1e10),
+            "limit": validate.check_int("batch_size", batch_size, 1, 100_000),
+        }
+        return len(self._rows("prune_api_requests", params))

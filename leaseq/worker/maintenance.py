@@ -167,6 +167,14 @@ class Pruner(PeriodicService):
                 )
             if done < PRUNE_BATCH:
                 break
+        # So does the HTTP API's request trail (one row per request answered).
+        while True:
+            async with asyncio.timeout(self.timeout):
+                done = await self.client.prune_api_requests(
+                    older_than=self.retention, batch_size=PRUNE_BATCH
+                )
+            if done < PRUNE_BATCH:
+                break
 
 
 class Ticker(PeriodicService):

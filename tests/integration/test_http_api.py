@@ -268,3 +268,31 @@ def test_the_openapi_document_matches_the_routes(api: TestClient) -> None:
             scope = operation["x-leaseq-scope"]
             assert (operation["security"] == []) == (scope is None), (path, method)
             assert scope is None or "401" in operation["responses"], (path, method)
+
+
+def test_the_request_trail_ages_out_with_the_pruner(
+    client: leaseq.Client, dsn: str, schema: str, api: TestClient
+) -> None:
+    from leaseq.worker.maintenance import Pruner
+    from leaseq.worker.outage import Outage
+
+    auth = _bearer(client.create_token("old", scopes=["read"]))
+    for _ in range(3):
+        assert api.get("/api/v1/queues", headers=auth).status_code == 200
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {}.api_requests SET at = now() - interval '2 days'"
+                " WHERE id IN (SELECT min(id) FROM {}.api_requests)"
+            ).format(sql.Identifier(schema), sql.Identifier(schema))
+        )
+
+    async def prune() -> None:
+        async with leaseq.AsyncClient(dsn, schema=schema) as own:
+            pruner = Pruner(
+                own, Outage(), retention=86400.0, share=0.5, interval=60.0, timeout=30.0
+            )
+            await pruner.tick()
+
+    asyncio.run(prune())
+    assert len(client.api_requests(actor="old")) == 2

@@ -48,3 +48,15 @@ FROM {schema}.api_requests
 WHERE %(actor)s::text IS NULL OR actor = %(actor)s
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: prune_api_requests
+-- Retention of the trail, oldest first (api_requests_at_idx), a bounded batch at a time:
+-- the worker's pruner ages it out with the jobs.
+DELETE FROM {schema}.api_requests
+WHERE id = ANY(ARRAY(
+  SELECT id FROM {schema}.api_requests
+  WHERE at < now() - make_interval(secs => %(older_than)s)
+  ORDER BY at
+  LIMIT %(limit)s
+))
+RETURNING 1;
