@@ -50,8 +50,9 @@ reappeared=… failovers=…`` (then ``lost_enqueues=…``, the mode and the see
                     was executed again after that line.
 ``failovers``       switchovers plus hard failovers performed.
 ``partitions``      (with ``host_workers``) partitions performed, ``held`` the leases the
-                    host's workers held at the cuts and ``taken_over`` the jobs among them
-                    whose lease expired under the host's owner (the sweepers took them).
+                    host's workers held at the cuts and ``taken_over`` the jobs whose lease
+                    expired under the host's owner (the sweepers took them; in partitions
+                    and hard failovers alike).
 
 Every execution log line carries the claim's whole ``lease_owner`` (the worker id, the
 process's nonce and the claim's number, leaseq.owners), and so does its effect row: a token
@@ -219,8 +220,8 @@ class FailoverReport:
     run_dir: pathlib.Path | None = None
     notes: list[str] = field(default_factory=list)
     partitions: int = 0
-    #: Leases the partitioned host's workers held at the cuts, and the jobs among them
-    #: whose lease expired under the host's owner (taken over by the other workers).
+    #: Leases the partitioned host's workers held at the cuts, and the jobs whose lease
+    #: expired under the host's owner (taken over by the others; also in hard failovers).
     held: int = 0
     taken_over: int = 0
 
