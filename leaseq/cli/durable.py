@@ -11,7 +11,7 @@ import click
 from leaseq.cli.render import table
 from leaseq.cli.settings import Failed, Settings, actor_option, pass_settings
 from leaseq.codec import shown
-from leaseq.errors import JobNotFound
+from leaseq.errors import InvalidTransition, JobNotFound
 
 
 @click.command("signal")
@@ -50,6 +50,22 @@ def jobs_signal(
     if not stored:
         raise Failed(f"{target}: signal {signal!r} not stored (already sent, or job finished)")
     click.echo(f"{target}: signal {signal!r} sent by {actor}")
+
+
+@click.command("restart")
+@click.argument("job_id", type=int)
+@click.option("--from-step", "step", required=True, help="The step to re-run from.")
+@click.option("--reason", required=True, help="Why (kept in the audit trail).")
+@actor_option("restarts the job")
+@pass_settings
+def jobs_restart(settings: Settings, job_id: int, step: str, reason: str, actor: str) -> None:
+    """Re-run a dead or cancelled job from one of its steps: that step's record and the
+    later ones are dropped, the earlier ones kept, and the job replayed (audited)."""
+    try:
+        cut = settings.client.restart_from_step(job_id, step, reason=reason, actor=actor)
+    except (JobNotFound, InvalidTransition) as exc:
+        raise Failed(str(exc)) from None
+    click.echo(f"job {job_id}: restarted from step {step!r} by {actor}; dropped {', '.join(cut)}")
 
 
 def durable_fields(reader: Any, job_id: int) -> dict[str, Any]:

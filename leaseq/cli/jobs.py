@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from leaseq.cli.durable import durable_fields, durable_lines, jobs_signal
+from leaseq.cli.durable import durable_fields, durable_lines, jobs_restart, jobs_signal
 from leaseq.cli.render import age, emit_json, table
 from leaseq.cli.settings import DURATION, Failed, Settings, actor_option, pass_settings
 from leaseq.cli.unique import clean, conflict_line, holder_line, unique_options, unique_outcome
@@ -124,6 +124,7 @@ def jobs() -> None:
 
 
 jobs.add_command(jobs_signal)
+jobs.add_command(jobs_restart)
 
 
 def _job_lines(job: Job) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 from psycopg import Connection
 
 from leaseq import validate
-from leaseq.errors import JobNotFound
+from leaseq.errors import InvalidTransition, JobNotFound
 from leaseq.models import Lease, StepRecord, SuspendedStats
 from leaseq.ops.payloads import PayloadOps
 from leaseq.rules.durable import WaitDecision, decide_wait
@@ -186,3 +186,32 @@ class StepOps(PayloadOps):
     def suspended_stats(self) -> list[SuspendedStats]:
         """Suspended jobs by queue and reason, with the most overdue wake-up (seconds)."""
         return [SuspendedStats(*r) for r in self._read("suspended_stats")]
+
+    def restart_from_step(
+        self, job_id: int, step: str, *, reason: str, actor: str | None = None
+    ) -> list[str]:
+        """Re-run a dead or cancelled job from its step ``step``: that step's record and
+        those after it are deleted, the ones before it kept, and the job is replayed
+        (audited: the ``replayed`` event names the step, the actor and the reason), all in
+        one transaction; a replay refused for a held unique key undoes the whole. Returns
+        the names of the records deleted. Signals are kept: a wait re-run after the cut
+        finds its signal already sent."""
+        name = validate.check_name("step", step)
+        with self._transaction() as conn:
+            rows = self._rows("restart_lock", {"id": job_id, "name": name}, conn)
+            if not rows:
+                raise JobNotFound(f"job {job_id} not found")
+            status, seq = rows[0]
+            if seq is None:
+                raise InvalidTransition(f"job {job_id} has no recorded step {name!r}")
+            if status not in ("dead", "cancelled"):
+                raise InvalidTransition(
+                    f"job {job_id} is {status}: only a dead or cancelled job is restarted"
+                )
+            cut = self._rows("steps_delete_from", {"id": job_id, "seq": seq}, conn)
+            why = f"restart from step {name!r} ({len(cut)} record(s) dropped): {reason}"
+            if not self.replay(  # type: ignore[attr-defined]
+                job_id, reason=why, actor=actor, allow_cancelled=True, connection=conn
+            ):
+                raise InvalidTransition(f"job {job_id} could not be replayed")
+        return [str(r[0]) for r in cut]

@@ -27,6 +27,8 @@ from leaseq.worker.steps import (
     StepSite,
     StepTransaction,
     check_step_name,
+    run_patched,
+    run_patched_async,
     run_step,
     run_step_async,
 )
@@ -390,3 +392,15 @@ class JobContext:
         if timeout is not None:
             timeout = checks.check_positive_seconds("timeout", timeout, 1e9)
         return await run_wait_async(self._step_site(), self._async(), name, timeout)
+
+    def patched(self, name: str) -> bool:
+        """Branch old and new in-flight jobs after a code change (sync handlers): True for
+        a job that reaches this place under the new code (a marker step ``patch:<name>``
+        is recorded here, so its reruns say True too), False for one whose earlier run
+        recorded another step at this place (it ran the code from before the patch: take
+        the old branch). ``if ctx.patched("v2-fetch"): new() else: old()``."""
+        return run_patched(self._step_site(), self._sync(), check_step_name(name))
+
+    async def patched_async(self, name: str) -> bool:
+        """:meth:`patched` for async handlers."""
+        return await run_patched_async(self._step_site(), self._async(), check_step_name(name))

@@ -103,6 +103,21 @@ class StepBook:
             self.active = ActiveStep(name, seq)
         return seq, record
 
+    def patch(self, name: str) -> tuple[int, bool | None]:
+        """Where patch marker ``name`` stands (``ctx.patched``): (seq, True) when an
+        earlier run recorded it here; (seq, None) when it is to be recorded here (a job
+        that has not reached this place yet: the new code); (-1, False) when an earlier run
+        recorded another step at this place (it ran the code from before the patch: the
+        old branch, and the marker takes no place)."""
+        assert self.records is not None, "load the records first"
+        marker = f"patch:{name}"
+        record = self.records.get(marker)
+        if record is None and self.position in self.by_seq:
+            return -1, False
+        seq, found = self.begin(marker)
+        self.active = None  # a marker runs no function
+        return seq, True if found is not None else None
+
 
 def check_step_name(name: object) -> str:
     return validate.check_name("step", name)
@@ -327,3 +342,23 @@ class StepTransaction:
             await tx_cm.__aexit__(exc_type, exc, tb)
         finally:
             await conn_cm.__aexit__(exc_type, exc, tb)
+
+
+def run_patched(site: StepSite, client: Client, name: str) -> bool:
+    """``ctx.patched`` from a sync handler."""
+    if site.book.records is None:
+        site.book.load(client.step_records(site.lease.job_id))
+    seq, known = site.book.patch(name)
+    if known is None and not client.step_record(site.lease, f"patch:{name}", seq, True):
+        raise _lost(site, f"patch:{name}")
+    return bool(known is None or known)
+
+
+async def run_patched_async(site: StepSite, client: AsyncClient, name: str) -> bool:
+    """``ctx.patched`` from an async handler."""
+    if site.book.records is None:
+        site.book.load(await client.step_records(site.lease.job_id))
+    seq, known = site.book.patch(name)
+    if known is None and not await client.step_record(site.lease, f"patch:{name}", seq, True):
+        raise _lost(site, f"patch:{name}")
+    return bool(known is None or known)

@@ -36,3 +36,38 @@ def test_jobs_signal_and_show(dsn: str, schema: str, client: leaseq.Client) -> N
         "approved": {"by": "ada"},
         "shipped": None,
     }
+
+
+def test_jobs_restart_from_step(dsn: str, schema: str, client: leaseq.Client) -> None:
+    job_id = client.enqueue("t")
+    (lease,) = client.claim(worker="w")
+    assert client.step_record(lease, "fetch", 0, 1) and client.step_record(lease, "send", 1, 2)
+    running = run(
+        dsn,
+        schema,
+        "jobs",
+        "restart",
+        str(job_id),
+        "--from-step",
+        "send",
+        "--reason",
+        "r",
+        ok=False,
+    )
+    assert running.returncode == 1 and "only a dead or cancelled job" in running.stderr
+    assert client.fail(lease, "BOOM", retryable=False)
+    out = run(
+        dsn,
+        schema,
+        "jobs",
+        "restart",
+        str(job_id),
+        "--from-step",
+        "send",
+        "--reason",
+        "resend",
+        "--actor",
+        "ada",
+    )
+    assert f"job {job_id}: restarted from step 'send' by ada; dropped send" in out.stdout
+    assert [s.name for s in client.job_steps(job_id)] == ["fetch"]

@@ -287,3 +287,81 @@ async def test_the_example_of_docs_durable_runs_as_pasted(
     assert seats == {"order": 7, "seats": 2} and key.endswith(":step:charge")
     assert [s[0] for s in _steps(dsn, schema, job_id)] == ["reserve", "charge"]
     assert [s[0] for s in _steps(dsn, schema, other)] == ["reserve"]
+
+
+async def test_patched_branches_old_and_new_in_flight_jobs(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    app = _app(dsn, schema)
+    deployed = {"new": False}
+    ran: list[tuple[int, str]] = []
+
+    @app.task(name="evolving", store_result=True)
+    def evolving(ctx: leaseq.JobContext, payload: Any) -> Any:
+        ctx.step("a", lambda: ran.append((ctx.job_id, "a")))
+        if deployed["new"] and ctx.patched("v2"):
+            second = ctx.step("new-b", lambda: ran.append((ctx.job_id, "new-b")) or "new")
+        else:
+            second = ctx.step("old-b", lambda: ran.append((ctx.job_id, "old-b")) or "old")
+        if ctx.attempt == 1:
+            raise Retry("AGAIN", retry_in=0)
+        return second
+
+    old_job = client.enqueue("evolving")
+    # The old code runs the first attempt only (the drain stops after it is retried).
+    worker = leaseq.Worker(app, _config(drain=False))
+    run = asyncio.create_task(worker.run())
+    for _ in range(200):
+        if (old_job, "old-b") in ran:
+            break
+        await asyncio.sleep(0.05)
+    worker.stop()
+    await asyncio.wait_for(run, 30)
+    deployed["new"] = True  # the deploy: the in-flight job goes on, a new one starts
+    new_job = client.enqueue("evolving")
+    await asyncio.wait_for(leaseq.Worker(app, _config()).run(), 60)
+    assert client.result(old_job, timeout=5) == "old", "in flight before: the old branch"
+    assert client.result(new_job, timeout=5) == "new", "and stays new on its rerun"
+    assert [s[0] for s in _steps(dsn, schema, old_job)] == ["a", "old-b"]
+    assert [s[0] for s in _steps(dsn, schema, new_job)] == ["a", "patch:v2", "new-b"]
+    assert ran.count((old_job, "old-b")) == ran.count((new_job, "new-b")) == 1
+
+
+async def test_restart_from_a_step_keeps_the_records_before_it(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    app = _app(dsn, schema)
+    ran: list[str] = []
+    fixed = {"c": False}
+
+    @app.task(name="pipeline", store_result=True)
+    def pipeline(ctx: leaseq.JobContext, payload: Any) -> Any:
+        out = [ctx.step(n, lambda n=n: ran.append(n) or n) for n in ("a", "b")]
+
+        def c() -> str:
+            ran.append("c")
+            if not fixed["c"]:
+                raise leaseq.Permanent("BUG", "step c is broken")
+            return "c"
+
+        return [*out, ctx.step("c", c)]
+
+    job_id = client.enqueue("pipeline")
+    await asyncio.wait_for(leaseq.Worker(app, _config()).run(), 60)
+    assert _status_of(client, job_id) is JobStatus.DEAD
+    with pytest.raises(leaseq.InvalidTransition, match="no recorded step 'zz'"):
+        client.restart_from_step(job_id, "zz", reason="typo", actor="ops")
+    fixed["c"] = True  # the fix is deployed; b must run again (it fed c a bad value)
+    assert client.restart_from_step(job_id, "b", reason="b fed c garbage", actor="ops") == ["b"]
+    await asyncio.wait_for(leaseq.Worker(app, _config()).run(), 60)
+    assert client.result(job_id, timeout=5) == ["a", "b", "c"]
+    assert ran == ["a", "b", "c", "b", "c"], "a answered from its record, b and c re-run"
+    (replayed,) = [e for e in client.job_events(job_id) if e.event == "replayed"]
+    assert replayed.actor == "ops" and "restart from step 'b'" in (replayed.detail or "")
+    with pytest.raises(leaseq.InvalidTransition, match="only a dead or cancelled job"):
+        client.restart_from_step(job_id, "a", reason="again", actor="ops")
+
+
+def _status_of(client: leaseq.Client, job_id: int) -> JobStatus | None:
+    job = client.get_job(job_id)
+    return None if job is None else job.status

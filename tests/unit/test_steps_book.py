@@ -55,3 +55,16 @@ def test_misuse_and_changed_order_are_refused(
             if book.active is not None and name == "a":
                 book.active = None  # "a" finished (its record written)
     assert raised.value.code == code
+
+
+def test_a_patch_marker_is_new_code_unless_another_step_holds_its_place() -> None:
+    fresh = _book("a")
+    fresh.begin("a")
+    assert fresh.patch("v2") == (1, None), "not reached yet: recorded, the new branch"
+    old = _book("a", "old-b")
+    old.begin("a")
+    assert old.patch("v2") == (-1, False), "an old run recorded another step here"
+    assert old.begin("old-b")[1] is not None, "and the old branch goes on at its place"
+    rerun = _book("a", "patch:v2", "new-b")
+    rerun.begin("a")
+    assert rerun.patch("v2")[1] is True

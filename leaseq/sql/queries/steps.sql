@@ -65,3 +65,18 @@ steps_gone AS (
 ), signals_gone AS (
   DELETE FROM {schema}.job_signals AS g WHERE g.job_id = ANY((SELECT ids FROM batch)::bigint[])
 )
+
+-- name: restart_lock
+-- `leaseq jobs restart --from-step`: the job row, held until the commit (no claim, cancel
+-- or replay moves it meanwhile), with its status and the place of the step named.
+SELECT j.status::text,
+       (SELECT s.seq FROM {schema}.job_steps AS s WHERE s.job_id = j.id AND s.name = %(name)s)
+FROM {schema}.jobs AS j
+WHERE j.id = %(id)s
+FOR UPDATE;
+
+-- name: steps_delete_from
+-- The restart's cut: the records of the step named and of every step after it go, in the
+-- transaction of the replay that brings the job back (the records before it stay).
+DELETE FROM {schema}.job_steps WHERE job_id = %(id)s AND seq >= %(seq)s
+RETURNING name;
