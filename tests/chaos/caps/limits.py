@@ -1,14 +1,19 @@
 """Concurrency limits under chaos: a task limit, a key family, a queue limit (its slots
 on the job rows), and a task limit that a thread of the harness sets and removes over and
-over during the window (a limit created or dropped while claims are in flight).
+over during the window (a limit created or dropped while claims are in flight); every 7-14
+s the task limit and the key family are removed for 0.5-2.5 s too, so that at times
+no task or key limit exists at all.
 
 Sampled (one snapshot each): never more running under a fixed limit than its
 concurrency; every running job under a fixed task or key limit holds a slot row of its
 lease, and under the queue limit a queue slot; every slot row belongs to a running lease
-(same job, same token). End: no slot row and no queue slot left held, nothing lost."""
+(same job, same token). The first two are held to a task or key limit only once it has been
+set for SETTLE seconds since its last gap. End: no slot row and no queue slot left held,
+nothing lost."""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -31,6 +36,12 @@ TASKS = {
     "chaos.cap.flap": FLAP[1],
 }
 WORK = (0.05, 0.25)
+#: Now and then the fixed task and key limits are removed for a moment, so that with the
+#: flapping one also gone no task or key limit exists at all (a claim then takes no slot
+#: rows, and one that meets a limit created meanwhile must still give its rows back).
+GAP_EVERY = (7.0, 14.0)
+GAP_LENGTH = (0.5, 2.5)
+SETTLE = 5.0  # seconds after a gap before the fixed limits' running counts are held to them
 LOAD = 0.3  # of what the limit lets through over the window, so the backlog stays short
 
 
@@ -67,14 +78,41 @@ class Limits(Capability):
             client.close()
         self.counts["jobs"] = len(specs)
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: Since when (monotonic) the fixed task and key limits have been set without a gap;
+        #: None during a gap. Their running counts are held to them only once SETTLE has
+        #: passed: jobs claimed in a gap hold no slot (docs/limits.md, "A new limit").
+        self.since: float | None = -math.inf  # set in setup, before any claim
+
+    def _gap(self, client: Any, open_: bool) -> None:
+        for name, n in (TASK_LIMIT, KEY_FAMILY):
+            if open_:
+                client.remove_limit(name, actor="chaos", reason="gap")
+            else:
+                client.set_limit(name, concurrency=n, actor="chaos", reason="gap over")
+        self.since = None if open_ else time.monotonic()
+        self.counts["gaps"] += open_
+
     def produce(self, ctx: CapContext) -> None:
         rng = ctx.rng(f"{self.name}:flap")
         client = None
         on = False
-        while not ctx.stop.wait(rng.uniform(0.05, 0.6)):
+        next_gap = time.monotonic() + rng.uniform(*GAP_EVERY)
+        gap_ends: float | None = None
+        while not ctx.stop.wait(
+            rng.uniform(0.02, 0.2) if self.since is None else rng.uniform(0.05, 0.6)
+        ):
             try:
                 if client is None:
                     client = ctx.client()
+                now = time.monotonic()
+                if gap_ends is None and now >= next_gap:
+                    self._gap(client, True)
+                    gap_ends = now + rng.uniform(*GAP_LENGTH)
+                elif gap_ends is not None and now >= gap_ends:
+                    self._gap(client, False)
+                    gap_ends, next_gap = None, now + rng.uniform(*GAP_EVERY)
                 if on:
                     client.remove_limit(FLAP[0], actor="chaos", reason="flap")
                 else:
@@ -87,9 +125,13 @@ class Limits(Capability):
                     client.close()
                 client = None
                 time.sleep(0.2)
-        if client is not None:
-            if not on:  # end with the limit set: its slot rows must all be given back
+        client = client or ctx.client()
+        try:  # end with every limit set: their slot rows must all have been given back
+            if not on:
                 client.set_limit(FLAP[0], concurrency=FLAP[1], actor="chaos", reason="flap")
+            if self.since is None:
+                self._gap(client, False)
+        finally:
             client.close()
 
     def sample(self, ctx: CapContext, conn: psycopg.Connection[Any]) -> list[str]:
@@ -109,7 +151,11 @@ class Limits(Capability):
         ).format(s=s, j=j)
         caps = {TASK_LIMIT[0]: TASK_LIMIT[1], QUEUE_LIMIT[0]: QUEUE_LIMIT[1]}
         bad = []
+        since = self.since
+        settled = since is not None and time.monotonic() - since >= SETTLE
         for lim, running, unslotted in conn.execute(q, {"queue": CAP_QUEUE}):
+            if lim != QUEUE_LIMIT[0] and not settled:
+                continue
             cap = caps.get(lim, KEY_FAMILY[1])
             key = f"max_running[{lim}]"
             self.counts[key] = max(self.counts[key], running)
