@@ -6,7 +6,7 @@ import asyncio
 import datetime as dt
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack, overload
 
 from leaseq import validate as checks
 from leaseq.client import Client
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from leaseq.worker.effects import Reconciler
 
 Handler = Callable[["JobContext", Any], Any]
+#: A task's payload type, from its handler's annotation: ``Task[P].enqueue`` takes a ``P``
+#: (mypy checks ``task.enqueue(payload)`` against the handler; unannotated: ``Any``).
+P = TypeVar("P")
 
 #: Renewal policies. ``progress`` (default): a lease is renewed only while the handler has
 #: called ``ctx.progress()`` within the last lease length, so a stuck handler loses its job.
@@ -92,11 +95,18 @@ TASK_DEFAULTS: dict[str, Any] = {
 }
 
 
-class Task:
+class Task(Generic[P]):
     """A registered handler. Call ``enqueue`` to schedule it; the worker calls the handler
     as ``fn(ctx, payload)`` (sync handlers in a thread, async ones on the event loop)."""
 
-    def __init__(self, app: App, fn: Handler, *, name: str, **options: Unpack[TaskOptions]) -> None:
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[[JobContext, P], Any],
+        *,
+        name: str,
+        **options: Unpack[TaskOptions],
+    ) -> None:
         unknown = options.keys() - TASK_DEFAULTS.keys()
         if unknown:
             raise ConfigError(f"unknown task option(s): {', '.join(sorted(map(repr, unknown)))}")
@@ -167,7 +177,7 @@ class Task:
                 "LEASEQ_ENCRYPTION_KEYS or App(encryption_keys=...) (`leaseq keys generate`)"
             )
 
-    def __call__(self, ctx: JobContext, payload: Any) -> Any:
+    def __call__(self, ctx: JobContext, payload: P) -> Any:
         return self.fn(ctx, payload)
 
     def __repr__(self) -> str:
@@ -195,20 +205,20 @@ class Task:
                 raise PayloadError(f"invalid payload for task {self.name}: {exc}") from None
         return merged
 
-    def enqueue(self, payload: Any = None, **options: Unpack[EnqueueOptions]) -> EnqueueResult:
+    def enqueue(self, payload: P | None = None, **options: Unpack[EnqueueOptions]) -> EnqueueResult:
         """Enqueue this task through the app's sync client; options as in ``Client.enqueue``.
         With ``App(queues=...)``, on the database of the job's queue."""
         client: Client | RoutedClient = self.app.router or self.app.client
         return client.enqueue(self.name, payload, **self._options(payload, options))
 
     async def enqueue_async(
-        self, payload: Any = None, **options: Unpack[EnqueueOptions]
+        self, payload: P | None = None, **options: Unpack[EnqueueOptions]
     ) -> EnqueueResult:
         """Enqueue through the app's async client; options as in ``AsyncClient.enqueue``."""
         client: AsyncClient | AsyncRoutedClient = self.app.async_router or self.app.async_client
         return await client.enqueue(self.name, payload, **self._options(payload, options))
 
-    def sig(self, payload: Any = None, **options: Unpack[EnqueueOptions]) -> Sig:
+    def sig(self, payload: P | None = None, **options: Unpack[EnqueueOptions]) -> Sig:
         """This task with a payload and enqueue options, to enqueue later: a step of
         ``leaseq.chain`` / ``leaseq.group``, or a batch callback (docs/workflows.md)."""
         merged = self._options(payload, options)
@@ -275,7 +285,7 @@ class App:
         #: False behind PgBouncer in transaction pooling mode (see AsyncClient).
         self.prepare = prepare
         self.tracing = tracing
-        self.tasks: dict[str, Task] = {}
+        self.tasks: dict[str, Task[Any]] = {}
         #: Schedules declared with ``schedule()``: name -> (task name, options given).
         self.schedules: dict[str, tuple[str, dict[str, Any]]] = {}
         self._client: Client | None = None
@@ -383,12 +393,12 @@ class App:
         return self._async_router
 
     @overload
-    def task(self, fn: Handler, /) -> Task: ...
+    def task(self, fn: Callable[[JobContext, P], Any], /) -> Task[P]: ...
 
     @overload
     def task(
         self, fn: None = None, /, *, name: str | None = None, **options: Unpack[TaskOptions]
-    ) -> Callable[[Handler], Task]: ...
+    ) -> Callable[[Callable[[JobContext, P], Any]], Task[P]]: ...
 
     def task(
         self,
@@ -397,7 +407,7 @@ class App:
         *,
         name: str | None = None,
         **options: Unpack[TaskOptions],
-    ) -> Task | Callable[[Handler], Task]:
+    ) -> Task[Any] | Callable[[Handler], Task[Any]]:
         """Register a handler, as ``@app.task`` or ``@app.task(name=..., queue=...)``.
 
         ``max_runtime`` (seconds) stops an attempt that runs longer, whatever its lease
@@ -421,7 +431,7 @@ class App:
         function stays put; give ``name=`` for tasks with jobs already in flight.
         """
 
-        def register(func: Handler) -> Task:
+        def register(func: Handler) -> Task[Any]:
             task_name = name or f"{func.__module__}.{func.__qualname__}"
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
@@ -435,7 +445,7 @@ class App:
         self,
         name: str,
         *,
-        task: Task | str,
+        task: Task[Any] | str,
         cron: str | None = None,
         every: Any = None,
         payload: Any = None,

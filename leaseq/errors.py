@@ -130,8 +130,9 @@ class JobFailed(LeaseqError):
 
     def __init__(self, job_id: int, status: str, error_code: str | None, detail: str | None):
         self.job_id, self.status, self.error_code, self.detail = job_id, status, error_code, detail
-        first = (detail or "").strip().splitlines()[-1:] or [""]
-        super().__init__(f"job {job_id} ended {status} ({error_code or 'no code'}) {first[0]}")
+        last = ((detail or "").strip().splitlines() or [""])[-1].strip()
+        tail = f": {last}" if last else ""
+        super().__init__(f"job {job_id} ended {status} ({error_code or 'no code'}){tail}")
 
 
 class JobDead(JobFailed):

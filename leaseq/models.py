@@ -203,6 +203,13 @@ class QueueStats(Printable):
     near_expiry: int
     finished_recently: int | None = None
 
+    def as_dict(self) -> dict[str, Any]:
+        """As JSON: an age is null where there is no such job (the table's ``-``)."""
+        found = super().as_dict()
+        found["oldest_ready_age"] = self.oldest_ready_age if self.ready else None
+        found["oldest_dead_age"] = self.oldest_dead_age if self.dead else None
+        return found
+
 
 @dataclass(frozen=True)
 class QueueScaling(Printable):

@@ -68,6 +68,8 @@ TRANSITIONS: frozenset[Transition] = frozenset(
         (_P, "cancelled", _C),
         # A pending job past its start deadline (expires=) ends unrun (the sweep).
         (_P, "expired", _C),
+        # An operator makes a scheduled pending job (a retry's back-off) due now.
+        (_P, "run_now", _P),
         (_R, "cancel_requested", _R),
         # Operator actions on dead (or, when asked, cancelled) jobs.
         (_D, "replayed", _P),

@@ -130,12 +130,67 @@ jobs.add_command(jobs_restart)
 def _job_lines(job: Job) -> list[str]:
     fields = job.as_dict()
     payload = json.dumps(shown(fields.pop("payload")), default=str)
-    lines = [f"{k:20} {v}" for k, v in fields.items() if k != "last_error_detail"]
+    lines = [
+        f"{k:20} {'-' if v is None else v}" for k, v in fields.items() if k != "last_error_detail"
+    ]
     lines.append(f"{'payload':20} {payload if len(payload) <= 500 else payload[:497] + '...'}")
     if job.last_error_detail:
         lines.append("last_error_detail:")
         lines.extend("  " + line for line in job.last_error_detail.splitlines())
     return lines
+
+
+JOB_STATES = ("pending", "running", "succeeded", "dead", "cancelled")
+
+
+@jobs.command("list")
+@click.option("--state", type=click.Choice(JOB_STATES), default="pending", show_default=True)
+@click.option("--queue", "-q", default=None, help="Only this queue.")
+@click.option("--task", default=None, help="Only this task.")
+@click.option("--limit", type=int, default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_settings
+def jobs_list(
+    settings: Settings, state: str, queue: str | None, task: str | None, limit: int, as_json: bool
+) -> None:
+    """List jobs in one state, newest first, by queue and task."""
+    found = settings.reader.list_jobs(state, limit=limit, queue=queue, task=task)
+    if as_json:
+        emit_json([j.as_dict() for j in found])
+        return
+    if not found:
+        click.echo(f"no {state} jobs")
+        return
+    rows = [
+        [
+            j.job_id,
+            j.queue,
+            j.task,
+            f"{j.attempt_count}/{j.max_attempts}",
+            j.available_at.isoformat(timespec="seconds"),
+            j.last_error_code or "-",
+        ]
+        for j in found
+    ]
+    click.echo(table(["id", "queue", "task", "attempts", "runnable at", "last error"], rows))
+
+
+@jobs.command("run-now")
+@click.argument("job_id", type=int)
+@click.option("--reason", default=None)
+@actor_option("runs it now")
+@pass_settings
+def jobs_run_now(settings: Settings, job_id: int, reason: str | None, actor: str) -> None:
+    """Make a scheduled pending job (a retry waiting out its back-off) due now."""
+    if settings.client.run_now(job_id, actor=actor, reason=reason):
+        click.echo(f"job {job_id}: due now")
+        return
+    job = settings.client.get_job(job_id)
+    if job is None:
+        raise Failed(f"no job with id {job_id}")
+    if job.status == "pending":
+        raise Failed(f"job {job_id} is due already; nothing to do")
+    raise Failed(f"job {job_id} is {job.status}, not a scheduled pending job")
 
 
 @jobs.command("show")
@@ -367,13 +422,34 @@ def replay(
         click.echo(f"refused job {refused_id}: its unique key is held by {by}", err=True)
 
 
+#: The most pending jobs one bulk cancel takes (run it again for more).
+BULK_CANCEL_MAX = 100_000
+
+
 @click.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=int, required=False)
+@click.option("--queue", "-q", default=None, help="Bulk: the pending jobs of this queue.")
+@click.option("--task", default=None, help="Bulk: the pending jobs of this task.")
+@click.option("--dry-run", is_flag=True, help="Bulk: only count what would be cancelled.")
 @click.option("--reason", default=None)
 @actor_option("cancels")
 @pass_settings
-def cancel(settings: Settings, job_id: int, reason: str | None, actor: str) -> None:
-    """Cancel a pending job, or ask the worker running it to stop."""
+def cancel(
+    settings: Settings,
+    job_id: int | None,
+    queue: str | None,
+    task: str | None,
+    dry_run: bool,
+    reason: str | None,
+    actor: str,
+) -> None:
+    """Cancel a pending job, or ask the worker running it to stop. Without JOB_ID: cancel
+    the pending jobs that --queue and/or --task select (--dry-run: count them)."""
+    if job_id is None:
+        _cancel_pending(settings, queue, task, dry_run, reason, actor)
+        return
+    if queue or task or dry_run:
+        raise ConfigError("give a JOB_ID or the bulk filters (--queue/--task), not both")
     if settings.client.cancel(job_id, actor=actor, reason=reason):
         job = settings.client.get_job(job_id)
         state = "cancelled" if job and job.status == "cancelled" else "cancel requested"
@@ -436,3 +512,24 @@ def keys_skip(settings: Settings, job_id: int, reason: str, actor: str) -> None:
 
 
 COMMANDS: tuple[click.Command, ...] = (enqueue, jobs, dead, replay, cancel, keys)
+
+
+def _cancel_pending(
+    settings: Settings,
+    queue: str | None,
+    task: str | None,
+    dry_run: bool,
+    reason: str | None,
+    actor: str,
+) -> None:
+    """Each matching pending job goes through the single-job cancel (its own transaction,
+    keys, dependents and batch as ``cancel JOB_ID``); a job claimed after it was listed
+    gets a cancel request instead, as ``cancel JOB_ID`` would give it."""
+    if queue is None and task is None:
+        raise ConfigError("cancel needs a JOB_ID, or --queue and/or --task to select jobs")
+    found = settings.client.list_jobs("pending", limit=BULK_CANCEL_MAX, queue=queue, task=task)
+    if dry_run:
+        click.echo(f"would cancel {len(found)} pending job(s)")
+        return
+    done = sum(settings.client.cancel(j.job_id, actor=actor, reason=reason) for j in found)
+    click.echo(f"cancelled {done} pending job(s)")

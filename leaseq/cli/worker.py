@@ -47,7 +47,9 @@ def load_app(ref: str) -> App:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"cannot import {module_name!r}: {exc}") from None
-    app = getattr(module, attr, None)
+    if not hasattr(module, attr):
+        raise ConfigError(f"{ref}: module {module_name!r} has no attribute {attr!r}")
+    app = getattr(module, attr)
     if not isinstance(app, App):
         raise ConfigError(f"{ref} is not a leaseq.App (found {type(app).__name__})")
     return app

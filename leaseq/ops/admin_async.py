@@ -43,6 +43,19 @@ class AsyncAdminOps(AsyncEndingOps):
             await self._promote_dependents(conn, [int(r[0]) for r in rows if r[1] == "cancelled"])
         return bool(rows)
 
+    async def run_now(
+        self, job_id: int, *, actor: str | None = None, reason: str | None = None
+    ) -> bool:
+        """Make a scheduled pending job (a retry waiting out its back-off, a delayed job)
+        due now. False when the job is not pending or already due."""
+        params = {
+            "id": job_id,
+            "actor": actor,
+            "reason": validate.bound_detail(reason),
+            "channel": self.channel,
+        }
+        return bool(await self._rows("run_now", params))
+
     async def set_scaling(
         self,
         queue: str,

@@ -194,6 +194,17 @@ class EnqueueResult(int):
     def __reduce__(self) -> Any:
         return (int, (int(self),))
 
+    def __str__(self) -> str:
+        return int.__repr__(self)  # prints as the plain id
+
+    def __repr__(self) -> str:
+        if self.outcome is None and self.inserted:
+            return f"EnqueueResult({int(self)})"
+        return (
+            f"EnqueueResult({int(self)}, inserted={self.inserted}, replaced={self.replaced}, "
+            f"conflict_state={self.conflict_state!r}, outcome={self.outcome!r})"
+        )
+
 
 class ReplayResult(int):
     """How many jobs a bulk replay brought back (an ``int``), and ``refused``: the

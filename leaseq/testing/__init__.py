@@ -47,7 +47,7 @@ class Kit:
 
     def enqueued_jobs(
         self,
-        task: Task | str | None = None,
+        task: Task[Any] | str | None = None,
         *,
         queue: str | None = None,
         connection: Connection | None = None,
@@ -56,7 +56,7 @@ class Kit:
 
     def assert_enqueued(
         self,
-        task: Task | str,
+        task: Task[Any] | str,
         *,
         payload_subset: Any = None,
         queue: str | None = None,
@@ -74,7 +74,7 @@ class Kit:
 
     def refute_enqueued(
         self,
-        task: Task | str,
+        task: Task[Any] | str,
         *,
         payload_subset: Any = None,
         queue: str | None = None,
@@ -92,7 +92,7 @@ class Kit:
 
     def perform_job(
         self,
-        task: Task,
+        task: Task[Any],
         payload: Any = None,
         *,
         connection: Connection | None = None,

@@ -19,13 +19,13 @@ from leaseq.models import Job
 LIMIT = 10_000
 
 
-def task_name(task: Task | str) -> str:
+def task_name(task: Task[Any] | str) -> str:
     return task.name if isinstance(task, Task) else task
 
 
 def enqueued_jobs(
     client: Client,
-    task: Task | str | None = None,
+    task: Task[Any] | str | None = None,
     *,
     queue: str | None = None,
     connection: psycopg.Connection[Any] | None = None,
@@ -48,7 +48,7 @@ def matches(value: Any, subset: Any) -> bool:
 
 def _select(
     client: Client,
-    task: Task | str,
+    task: Task[Any] | str,
     payload_subset: Any,
     queue: str | None,
     within: float | None,
@@ -86,7 +86,7 @@ def on_connection(
 
 
 def _describe(
-    task: Task | str, payload_subset: Any, queue: str | None, within: float | None
+    task: Task[Any] | str, payload_subset: Any, queue: str | None, within: float | None
 ) -> str:
     parts = [f"task {task_name(task)!r}"]
     if payload_subset is not None:
@@ -100,7 +100,7 @@ def _describe(
 
 def assert_enqueued(
     client: Client,
-    task: Task | str,
+    task: Task[Any] | str,
     *,
     payload_subset: Any = None,
     queue: str | None = None,
@@ -126,7 +126,7 @@ def assert_enqueued(
 
 def refute_enqueued(
     client: Client,
-    task: Task | str,
+    task: Task[Any] | str,
     *,
     payload_subset: Any = None,
     queue: str | None = None,

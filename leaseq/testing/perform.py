@@ -93,7 +93,7 @@ Connection = psycopg.Connection[Any]
 
 def perform_job(
     client: Client,
-    task: Task,
+    task: Task[Any],
     payload: Any = None,
     *,
     connection: Connection | None = None,
@@ -204,7 +204,7 @@ def _savepoint(connection: Connection | None) -> Iterator[None]:
         yield
 
 
-def _services(client: Client, task: Task) -> JobServices:
+def _services(client: Client, task: Task[Any]) -> JobServices:
     return JobServices(
         sync_client=None if task.is_async else (lambda: client),
         async_client=None,  # async handlers get theirs in _call, on their own loop
@@ -213,7 +213,7 @@ def _services(client: Client, task: Task) -> JobServices:
 
 
 def _call(
-    task: Task, ctx: JobContext, payload: Any, client: Client, services: JobServices | None
+    task: Task[Any], ctx: JobContext, payload: Any, client: Client, services: JobServices | None
 ) -> Any:
     if not task.is_async:
         return task.fn(ctx, payload)
@@ -221,7 +221,7 @@ def _call(
 
 
 def _run_coroutine(
-    task: Task, ctx: JobContext, payload: Any, client: Client, services: JobServices | None
+    task: Task[Any], ctx: JobContext, payload: Any, client: Client, services: JobServices | None
 ) -> Any:
     """An async handler on an event loop of its own (in a thread when the test itself runs
     on a loop), with an async client on that loop for its effects and transactions."""
@@ -258,7 +258,7 @@ def _run_coroutine(
 
 
 def _report(
-    client: Client, failure: Failure, task: Task | None, connection: Connection | None
+    client: Client, failure: Failure, task: Task[Any] | None, connection: Connection | None
 ) -> Outcome:
     lease = failure.lease
     statuses = client.fail_many([failure], connection=connection)

@@ -37,7 +37,7 @@ def unknown_task(lease: Lease) -> Failure:
     )
 
 
-def prepare_payload(task: Task, lease: Lease) -> tuple[Any, Failure | None]:
+def prepare_payload(task: Task[Any], lease: Lease) -> tuple[Any, Failure | None]:
     """Check (and convert) the payload before the handler runs. A refusal is permanent —
     retrying cannot fix a payload — so the job goes dead at once with a clear code."""
     versions = task.payload_versions
@@ -64,7 +64,7 @@ def prepare_payload(task: Task, lease: Lease) -> tuple[Any, Failure | None]:
         )
 
 
-def failure_of(lease: Lease, task: Task, exc: BaseException) -> Failure:
+def failure_of(lease: Lease, task: Task[Any], exc: BaseException) -> Failure:
     """What a handler raised, classified: the failure to report."""
     error_class, code = task.classifier.classify(exc)
     if isinstance(exc, Permanent | Retry):
@@ -81,7 +81,9 @@ def failure_of(lease: Lease, task: Task, exc: BaseException) -> Failure:
     )
 
 
-def result_of(lease: Lease, task: Task, value: Any) -> tuple[Lease | Failure, StoredResult | None]:
+def result_of(
+    lease: Lease, task: Task[Any], value: Any
+) -> tuple[Lease | Failure, StoredResult | None]:
     """What a handler returned: success with nothing to store (the task stores no result),
     success with the JSON to store, or — when the value cannot be stored — a permanent
     failure saying why."""

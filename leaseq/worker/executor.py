@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from leaseq.app import App, Task
 from leaseq.client import Client
@@ -219,7 +219,7 @@ class Executor:
             if not handed_over:
                 self.inflight.forget(running)
 
-    def _services_for(self, task: Task) -> JobServices:
+    def _services_for(self, task: Task[Any]) -> JobServices:
         services = self._services.get(task.name)
         if services is None:
             services = self._services[task.name] = JobServices(

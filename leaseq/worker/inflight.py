@@ -92,7 +92,7 @@ class Cancellable(Protocol):
 class Running:
     lease: Lease
     ctx: JobContext
-    task_def: Task | None
+    task_def: Task[Any] | None
     #: Monotonic time by which the lease surely ended unless a renewal was confirmed:
     #: measured from when the claim/renewal was *sent*, so it errs early.
     deadline: float

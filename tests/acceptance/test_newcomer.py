@@ -70,3 +70,53 @@ def test_a_schema_never_migrated_reads_one_way_everywhere(dsn: str, schema: str)
         assert (
             result.stderr.strip().splitlines()[-1].endswith(expected + f" (with --schema {schema})")
         ), (args, result.stderr)
+
+
+@pytest.mark.slow  # a dozen CLI processes
+def test_jobs_list_bulk_cancel_and_run_now(dsn: str, schema: str, client: leaseq.Client) -> None:
+    import json
+
+    a1 = client.enqueue("mail.send", {}, queue="a")
+    client.enqueue("mail.digest", {}, queue="a")
+    b1 = client.enqueue("mail.send", {}, queue="b")
+    listed = json.loads(run(dsn, schema, "jobs", "list", "-q", "a", "--json").stdout)
+    assert sorted(j["task"] for j in listed) == ["mail.digest", "mail.send"]
+    by_task = json.loads(run(dsn, schema, "jobs", "list", "--task", "mail.send", "--json").stdout)
+    assert sorted(j["job_id"] for j in by_task) == [a1, b1]
+    assert run(dsn, schema, "jobs", "list", "--state", "dead").stdout.strip() == "no dead jobs"
+    assert "mail.digest" in run(dsn, schema, "jobs", "list").stdout  # the table
+
+    dry = run(dsn, schema, "cancel", "-q", "a", "--dry-run")
+    assert dry.stdout.strip() == "would cancel 2 pending job(s)"
+    assert client.count_jobs("pending") == 3
+    done = run(dsn, schema, "cancel", "-q", "a", "--reason", "wrong queue")
+    assert done.stdout.strip() == "cancelled 2 pending job(s)"
+    assert (client.count_jobs("cancelled"), client.count_jobs("pending")) == (2, 1)
+    refused = run(dsn, schema, "cancel", ok=False)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+
+    later = client.enqueue("mail.send", {}, queue="b", delay=3600)
+    assert run(dsn, schema, "jobs", "run-now", str(later)).stdout.strip() == f"job {later}: due now"
+    job = client.get_job(later)
+    assert job is not None and len(client.claim("b", worker="w", limit=5)) == 2  # b1 and it
+    assert client.job_events(later)[-1].event == "run_now"
+    again = run(dsn, schema, "jobs", "run-now", str(later), ok=False)
+    assert again.returncode == 1 and "not a scheduled pending job" in again.stderr
+
+    shown = run(dsn, schema, "jobs", "show", str(b1)).stdout
+    assert "None" not in shown, shown
+    assert "has no attribute 'ap'" in run(dsn, schema, "worker", "tests.support.apps.newcomer:ap",
+                                          ok=False).stderr  # fmt: skip
+
+
+def test_shell_completion_scripts_are_generated() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    leaseq_script = Path(sys.executable).with_name("leaseq")
+    for shell in ("bash", "zsh", "fish"):
+        env = {**os.environ, "_LEASEQ_COMPLETE": f"{shell}_source"}
+        done = subprocess.run([str(leaseq_script)], env=env, capture_output=True, text=True)
+        assert done.returncode == 0 and "_LEASEQ_COMPLETE" in done.stdout, (shell, done.stderr)

@@ -107,7 +107,8 @@ def test_the_state_of_a_pruned_holder_is_finished() -> None:
 
 def test_an_enqueue_result_is_the_job_id() -> None:
     plain = EnqueueResult(42)
-    assert plain == 42 and str(plain) == "42" and repr(plain) == "42" and f"{plain}" == "42"
+    assert plain == 42 and str(plain) == "42" and f"{plain}" == "42"
+    assert repr(plain) == "EnqueueResult(42)"  # what happened shows in a repr (issue 30)
     assert plain.inserted and not plain.existing and plain.outcome is None
     held = EnqueueResult(7, inserted=False, conflict_state="running", outcome="skip")
     assert held.existing and {7: "x"}[held] == "x"

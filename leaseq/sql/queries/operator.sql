@@ -37,6 +37,22 @@ SELECT id,
 FROM upd
 RETURNING job_id, to_status::text;
 
+-- name: run_now
+-- "Run this scheduled job now" (a retry waiting out its back-off, a delayed job): only a
+-- pending job not yet due. Its available_at becomes now(), in its history, and its queue's
+-- workers are woken at commit; limits, pauses, ordering keys and dependencies still decide
+-- when it is claimed (the claim checks them, not this). Nothing else of the row changes.
+WITH upd AS (
+  UPDATE {schema}.jobs
+  SET available_at = now()
+  WHERE id = %(id)s AND status = 'pending' AND available_at > now()
+  RETURNING id, queue_name, attempt_count, available_at, blocked
+), ev AS (
+  INSERT INTO {schema}.job_events (job_id, event, from_status, to_status, actor, attempt, detail)
+  SELECT id, 'run_now', 'pending', 'pending', %(actor)s, attempt_count, %(reason)s FROM upd
+)
+SELECT id, {_notify_ready} FROM upd;
+
 -- name: replay_jobs
 -- Dead (or, when allowed, cancelled) jobs back to pending under the same ids with a fresh
 -- attempt budget, in bounded batches; the previous attempt count stays in the event row.
