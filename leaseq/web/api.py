@@ -6,7 +6,7 @@ failed-login throttle, the security headers) with bearer tokens (``leaseq tokens
 create``) as its authentication; each endpoint then checks the token's scope and queues,
 reads a body of at most :data:`MAX_BODY` bytes, and every answer given to a token is
 recorded in ``api_requests`` with the token's name as actor (the audited operations it
-calls, cancel and replay, name it too). Errors are JSON: ``{"error": one line, "code":
+calls, cancel, replay and signal, name it too). Errors are JSON: ``{"error": one line, "code":
 the SQLSTATE the SQL API would give, when there is one}``. The OpenAPI document is
 ``openapi.json`` beside this file, served at ``/api/v1/openapi.json``.
 """
@@ -195,8 +195,17 @@ class Api:
         return JSONResponse({"id": job_id, "changed": done})
 
     async def signal(self, request: Request) -> Response:
-        _token(request, "signal")
-        return _error(501, "signals need durable execution's signals, not in this version")
+        """Client.signal: stored once per job and name (a durable job's ctx.wait_for)."""
+        job_id = await _job_id(request)
+        body = await _body(request)
+        if not isinstance(body, dict) or "signal" not in body:
+            raise ConfigError('a signal is {"signal": NAME, "payload": ...}')
+        await self._visible_job(request, job_id, "signal")
+        token = _token(request, "signal")
+        stored = await self.client.signal(
+            job_id, body["signal"], body.get("payload"), actor=token.name
+        )
+        return JSONResponse({"id": job_id, "stored": stored})
 
     async def queues(self, request: Request) -> Response:
         token = _token(request, "read")

@@ -1,8 +1,8 @@
 """The HTTP API (docs/http-api.md) on a real PostgreSQL through the real Starlette app and
 its guard: bearer tokens (made by `leaseq tokens create`, stored hashed, scoped to actions
 and queues, revoked), enqueue one and many, the client's refusals as JSON with the SQL
-API's codes, a job read with a wait while a real worker runs it, cancel and replay audited
-with the token's name, the queue list, signal's 501, the request log, body limits, the
+API's codes, a job read with a wait while a real worker runs it, cancel, replay and signal
+audited with the token's name, the queue list, the request log, body limits, the
 Host and Origin rules, the API beside the dashboard, and the OpenAPI document against the
 routes."""
 
@@ -189,20 +189,30 @@ def test_cancel_and_replay_are_audited_with_the_tokens_name(
     assert done.json() == {"id": job_id, "changed": True}
     again = api.post(f"/api/v1/jobs/{job_id}/cancel", headers=auth)
     assert again.json() == {"id": job_id, "changed": False}
-    assert api.post(f"/api/v1/jobs/{job_id}/replay", json={}, headers=auth).status_code == 400
-    replayed = api.post(f"/api/v1/jobs/{job_id}/replay", json={"reason": "retry"}, headers=auth)
-    assert replayed.status_code in (200, 409)
-    actors = _rows(
-        dsn,
-        schema,
-        "SELECT event, actor FROM {s}.job_events WHERE job_id = %s ORDER BY id",
-        (job_id,),
-    )
+    dead = int(client.enqueue("t"))
+    (lease,) = client.claim("default", worker="w")
+    assert lease.job_id == dead and client.fail(lease, "BOOM", retryable=False)
+    assert api.post(f"/api/v1/jobs/{dead}/replay", json={}, headers=auth).status_code == 400
+    replayed = api.post(f"/api/v1/jobs/{dead}/replay", json={"reason": "fixed"}, headers=auth)
+    assert replayed.json() == {"id": dead, "changed": True}
+    assert client.get_job(dead).status.value == "pending"  # type: ignore[union-attr]
+    events = "SELECT event, actor FROM {s}.job_events WHERE job_id = ANY(%s) ORDER BY id"
+    actors = _rows(dsn, schema, events, ([job_id, dead],))
     assert ("cancelled", "ops-bot") in actors
-    signal = api.post(f"/api/v1/jobs/{job_id}/signal", json={"name": "go"}, headers=auth)
-    assert signal.status_code == 501 and "not in this version" in signal.json()["error"]
+    assert ("replayed", "ops-bot") in actors, actors
+    # A finished job takes no signal; a live one stores it once (docs/durable.md).
+    signal = api.post(f"/api/v1/jobs/{job_id}/signal", json={"signal": "go"}, headers=auth)
+    assert signal.status_code == 200 and signal.json() == {"id": job_id, "stored": False}
+    live = int(client.enqueue("t"))
+    sent = api.post(
+        f"/api/v1/jobs/{live}/signal", json={"signal": "go", "payload": 1}, headers=auth
+    )
+    assert sent.json() == {"id": live, "stored": True}
+    twice = api.post(f"/api/v1/jobs/{live}/signal", json={"signal": "go"}, headers=auth)
+    assert twice.json() == {"id": live, "stored": False}
+    assert api.post(f"/api/v1/jobs/{live}/signal", json={}, headers=auth).status_code == 400
     trail = client.api_requests(actor="ops-bot")
-    assert ("POST", f"/api/v1/jobs/{job_id}/signal", 501) == (
+    assert ("POST", f"/api/v1/jobs/{live}/signal", 400) == (
         trail[0]["method"],
         trail[0]["path"],
         trail[0]["status"],
@@ -210,6 +220,7 @@ def test_cancel_and_replay_are_audited_with_the_tokens_name(
     assert {r["path"] for r in trail} >= {
         f"/api/v1/jobs/{job_id}/cancel",
         f"/api/v1/jobs/{job_id}/signal",
+        f"/api/v1/jobs/{dead}/replay",
     }
     assert all(r["actor"] == "ops-bot" for r in trail)
 
