@@ -102,6 +102,7 @@ HARNESS_APPLICATION_NAME = "chaos-harness"  # never matches the 'leaseq%' the fa
 KINDS = ("kill", "stop", "terminate", "pg_restart", "drop", "stall", "half_open", "shutdown")
 _WEIGHTS = (2, 2, 3, 1, 2, 2, 1, 1)
 _PROC_KINDS = ("kill", "stop", "shutdown")
+_SHUTDOWN_AGE = 6.0  # a worker younger than this is not shut down (it may still be starting)
 _SHUTDOWN_BUSY = 8.0  # a slot shut down is left alone this long (its exit waits for handlers)
 _NET_KINDS = ("drop", "stall", "half_open")
 _STARTUP = 2.0  # seconds a replacement worker is given before its slot may be hit again
@@ -760,6 +761,12 @@ class ChaosRun:
             if proc is None or proc.worker.proc.poll() is not None:
                 self.skipped[op] += 1
                 self._note(f"{fault.describe()}: skipped, no live worker in the slot")
+                return
+            if op == "shutdown" and time.time() - proc.started < _SHUTDOWN_AGE:
+                # Before it installs its signal handlers SIGTERM just ends the process (-15):
+                # that would be a kill, not the release path this fault is for.
+                self.skipped[op] += 1
+                self._note(f"{fault.describe()}: skipped, the worker is still starting")
                 return
             self._hit[index] = proc
         if op == "kill":
