@@ -77,6 +77,11 @@ class DatabaseCollector(Collector):
         oldest_wait.add_metric([], extra.get("oldest_wait", 0.0))
         yield from (waiting, oldest_wait)
         yield from _suspended_families(extra.get("suspended", []), family)
+        backlog, share = family("leaseq_fair_key_backlog"), family("leaseq_fair_key_share")
+        for queue, key, n, part in extra.get("fair_keys", []):
+            backlog.add_metric([queue, key], n)
+            share.add_metric([queue, key], part)
+        yield from (backlog, share)
         took = family("leaseq_metrics_query_seconds")
         took.add_metric([], elapsed)
         yield from (expired, locks, conns, took)

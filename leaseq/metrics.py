@@ -340,6 +340,22 @@ METRICS: tuple[MetricSpec, ...] = (
         "How long the oldest job waiting on dependencies has waited (0 when none does).",
     ),
     MetricSpec(
+        "leaseq_fair_key_backlog",
+        "gauge",
+        ("queue", "key"),
+        "database",
+        "Pending jobs of a fair queue's key (docs/fairness.md; key '': its jobs without a "
+        "key), the 20 largest backlogs of each fair queue only.",
+    ),
+    MetricSpec(
+        "leaseq_fair_key_share",
+        "gauge",
+        ("queue", "key"),
+        "database",
+        "A fair queue's key's expected share of the claims while its keys with a backlog keep "
+        "one: its weight over theirs (the same 20 keys as leaseq_fair_key_backlog).",
+    ),
+    MetricSpec(
         "leaseq_jobs_suspended",
         "gauge",
         ("queue", "reason"),

@@ -1,6 +1,7 @@
-"""The limit commands: ``leaseq limits set NAME``, ``leaseq limits remove NAME`` and
+"""The flow-control commands: ``leaseq limits set NAME``, ``leaseq limits remove NAME`` and
 ``leaseq limits list``, a thin layer over ``Client.set_limit`` / ``remove_limit`` /
-``limits``; ``render_limits`` is also the block ``leaseq status`` shows under its table."""
+``limits``; ``render_limits`` is also the block ``leaseq status`` shows under its table.
+And fair queues: ``leaseq fair keys QUEUE``, ``leaseq fair weight QUEUE KEY WEIGHT``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import click
 from leaseq.cli.render import age, emit_json, table
 from leaseq.cli.settings import Settings, actor_option, pass_settings
 from leaseq.errors import ConfigError
+from leaseq.rules.fairness import TOP_KEYS
 from leaseq.rules.limits import Limit, RateLimit
 
 
@@ -98,4 +100,54 @@ def render_limits(found: Sequence[Limit]) -> str:
     return table(["limit", "slots", "waiting", "rate", "next token", "set by"], rows)
 
 
-COMMANDS: tuple[click.Command, ...] = (limits,)
+@click.group()
+def fair() -> None:
+    """Fair queues: each key's backlog, weight and share; weights (docs/fairness.md)."""
+
+
+@fair.command("keys")
+@click.argument("queue")
+@click.option("--limit", type=int, default=TOP_KEYS, show_default=True, help="Keys shown.")
+@click.option("--json", "as_json", is_flag=True, help="Print the keys as JSON.")
+@pass_settings
+def fair_keys(settings: Settings, queue: str, limit: int, as_json: bool) -> None:
+    """The keys of the fair queue QUEUE, the largest backlogs first (key '': its jobs
+    without a key)."""
+    found = settings.client.fair_keys(queue, limit=limit)
+    if as_json:
+        emit_json([{**k.as_dict(), "share": k.share(found)} for k in found])
+        return
+    if not found:
+        click.echo(f"queue {queue} has no fairness keys")
+        return
+    rows = [
+        [
+            k.key or "''",
+            f"{k.weight:g}",
+            k.backlog,
+            k.running,
+            f"{k.share(found):.1%}",
+            "parked" if k.parked else "",
+        ]
+        for k in found
+    ]
+    click.echo(table(["key", "weight", "backlog", "running", "share", ""], rows))
+
+
+@fair.command("weight")
+@click.argument("queue")
+@click.argument("key")
+@click.argument("weight", type=float)
+@click.option("--reason", help="Why; kept in the audit trail.")
+@actor_option("set it")
+@pass_settings
+def fair_weight(
+    settings: Settings, queue: str, key: str, weight: float, reason: str | None, actor: str
+) -> None:
+    """Give KEY of the fair queue QUEUE the weight WEIGHT (default 1): its share of the
+    claims while several keys have work. Audited."""
+    settings.client.set_fair_weight(queue, key, weight, actor=actor, reason=reason)
+    click.echo(f"fairness weight of {queue}/{key} set to {weight:g} by {actor}")
+
+
+COMMANDS: tuple[click.Command, ...] = (limits, fair)

@@ -32,6 +32,7 @@ from leaseq.models import (
 from leaseq.ops.payloads import PayloadOps
 from leaseq.params import job_filter
 from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_from_row
+from leaseq.rules.fairness import TOP_KEYS
 
 
 class InspectOps(PayloadOps):
@@ -134,13 +135,19 @@ class InspectOps(PayloadOps):
     def database_health(self) -> dict[str, Any]:
         """Expired leases awaiting a sweep, lock waits, connections of leaseq processes,
         the lag of the most overdue schedule, the jobs waiting on dependencies (how
-        many, and the oldest wait in seconds) and the suspended jobs by queue and reason
-        (how many, and how late the most overdue wake-up is)."""
+        many, and the oldest wait in seconds), the suspended jobs by queue and reason
+        (how many, and how late the most overdue wake-up is) and fair queues' top keys
+        (backlog and share)."""
         # On the primary: its pg_stat_activity (lock waits, connections) is the one that
         # matters, and a standby's would show the standby's sessions.
         ((expired, lock_waits, connections),) = self._rows("database_health")
-        lag, waits, suspended = self._read_together(
-            [("schedule_lag", None), ("waiting_stats", None), ("suspended_stats", None)]
+        lag, waits, suspended, fair = self._read_together(
+            [
+                ("schedule_lag", None),
+                ("waiting_stats", None),
+                ("suspended_stats", None),
+                ("fair_key_stats", {"top": TOP_KEYS}),
+            ]
         )
         ((schedule_lag,),) = lag
         ((waiting, oldest_wait),) = waits
@@ -153,6 +160,8 @@ class InspectOps(PayloadOps):
             "oldest_wait": float(oldest_wait),
             # Suspended jobs (docs/durable.md): (queue, reason, count, overdue seconds).
             "suspended": [(str(q), r, int(n), float(o)) for q, r, n, o in suspended],
+            # Fair queues' top keys (docs/fairness.md): (queue, key, backlog, share).
+            "fair_keys": [(str(q), str(k), int(n), float(w)) for q, k, n, w in fair],
         }
 
     def blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:

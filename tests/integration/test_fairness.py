@@ -163,6 +163,11 @@ def test_fair_jobs_compose_with_ordering_unique_limits_pauses_and_deadlines(
         [o1, u],
     )
     run_sql(dsn, "UPDATE {s}.jobs SET blocked = false WHERE id = %s", schema, o2)
+    # Key a had nothing claimable at the claims above (o2 blocked): parked. A job made
+    # claimable without an enqueue is found when the park ends (here: ended now).
+    run_sql(
+        dsn, "UPDATE {s}.fair_keys SET parked_until = now() WHERE parked_until IS NOT NULL", schema
+    )
     (lease,) = client.claim("default", worker="w", limit=10)
     assert lease.job_id == o2 and lease.limited
 
@@ -223,3 +228,37 @@ def test_a_claim_in_a_callers_transaction_takes_fair_jobs(
         (lease,) = client.claim("default", worker="w", connection=conn)
         assert lease.job_id == job
         conn.rollback()
+
+
+def test_cli_and_database_metrics_show_a_fair_queues_keys(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    from click.testing import CliRunner
+
+    from leaseq.cli import cli
+    from leaseq.db_metrics import DatabaseCollector
+
+    client.enqueue_many([{"task": "t", "fairness_key": "big"} for _ in range(30)])
+    client.enqueue_many([{"task": "t", "fairness_key": f"s{i}"} for i in range(25)])
+    runner = CliRunner()
+    base = ["--dsn", dsn, "--schema", schema]
+    done = runner.invoke(cli, [*base, "fair", "weight", "default", "big", "3", "--reason", "vip"])
+    assert done.exit_code == 0, done.output
+    shown = runner.invoke(cli, [*base, "fair", "keys", "default", "--limit", "3"])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[1].split()[:3] == ["big", "3", "30"], shown.output
+    bad = runner.invoke(cli, [*base, "fair", "weight", "default", "big", "0"])
+    # (leaseq's main turns this ConfigError into one line on stderr.)
+    assert bad.exit_code != 0 and isinstance(bad.exception, ConfigError), bad.output
+    health = client.database_health()
+    collector = DatabaseCollector(lambda: (client.queue_stats(), health))
+    samples = {
+        (m.name, s.labels.get("key")): s.value
+        for m in collector.collect()
+        for s in m.samples
+        if m.name.startswith("leaseq_fair_key")
+    }
+    assert samples[("leaseq_fair_key_backlog", "big")] == 30
+    assert samples[("leaseq_fair_key_share", "big")] == pytest.approx(3 / 28)
+    assert len([k for k in samples if k[0] == "leaseq_fair_key_backlog"]) == 20, "top 20 only"

@@ -203,3 +203,30 @@ FROM {schema}.fair_keys AS f
 WHERE f.queue_name = %(queue)s
 ORDER BY 5 DESC, f.fairness_key
 LIMIT %(limit)s;
+
+-- name: fair_key_stats
+-- The database metrics of fair queues: per queue, its keys with the largest backlogs (at
+-- most %(top)s, a bound on the label sets), each with its backlog (pending, claimable or
+-- waiting for its turn) and its share (its weight over the weights of the queue's keys with
+-- a backlog). One grouped read of jobs_fair_idx; jobs without a key are the key ''.
+WITH backlog AS (
+  SELECT queue_name, fairness_key, count(*) AS n FROM {schema}.jobs
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting AND fairness_key IS NOT NULL
+  GROUP BY 1, 2
+  UNION ALL
+  SELECT j.queue_name, '', count(*) FROM {schema}.jobs AS j
+  WHERE j.status = 'pending' AND NOT j.blocked AND NOT j.waiting AND j.fairness_key IS NULL
+    AND j.queue_name IN (SELECT DISTINCT queue_name FROM {schema}.fair_keys)
+  GROUP BY 1
+), ranked AS (
+  SELECT b.queue_name, b.fairness_key, b.n, coalesce(f.weight, 1) AS weight,
+         row_number() OVER (PARTITION BY b.queue_name ORDER BY b.n DESC, b.fairness_key) AS r,
+         sum(coalesce(f.weight, 1)) OVER (PARTITION BY b.queue_name) AS total
+  FROM backlog AS b
+  LEFT JOIN {schema}.fair_keys AS f
+    ON f.queue_name = b.queue_name AND f.fairness_key = b.fairness_key
+)
+SELECT queue_name, fairness_key, n, weight / total
+FROM ranked
+WHERE r <= %(top)s
+ORDER BY queue_name, r;

@@ -103,6 +103,9 @@ WITH due AS (
          )::int AS aged
   FROM {schema}.jobs
   WHERE status = 'pending' AND NOT blocked AND NOT waiting
+    -- Both claim indexes (keyless jobs, jobs with a fairness key: version 26), read as one
+    -- bitmap; without this the predicate matches neither and the batch reads the table.
+    AND (fairness_key IS NULL OR fairness_key IS NOT NULL)
     AND available_at <= now() - make_interval(secs => %(interval)s)
     -- Ages are computed in numeric and capped before the cast: a very old (or infinite)
     -- available_at must not fail the batch.
