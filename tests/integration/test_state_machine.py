@@ -390,7 +390,8 @@ class LeaseqMachine(RuleBasedStateMachine):
         if self.queue_limit is not None:
             # Slots 1..limit not held; none at all while a slot above a lowered limit is.
             ((held, above),) = self._query(
-                "SELECT count(*), count(*) FILTER (WHERE slot > %s) FROM {s}.held_slots",
+                "SELECT count(*), count(*) FILTER (WHERE slot > %s) FROM {s}.held_slots"
+                " WHERE limit_name = 'queue:default'",
                 self.queue_limit,
             )
             free = 0 if above else self.queue_limit - held
