@@ -181,6 +181,10 @@ def test_admin_lists_jobs_and_replays_a_dead_one(kit: Kit) -> None:
     assert job is not None and job.status == "pending"
     events = kit.client.job_events(int(failed.id))
     assert events[-1].actor == "django-admin:admin"
+    # The job's page shows its audit trail, the replay by the admin user included (issue 30).
+    trail = web.get(f"/admin/leaseq/job/{failed.id}/change/").content.decode()
+    assert "Audit trail" in trail and "replayed" in trail and "django-admin:admin" in trail
+    assert "MAILBOX_GONE" in trail
 
 
 def test_stale_connection_closing_spares_an_open_atomic_block() -> None:

@@ -1,5 +1,6 @@
 """A read-only admin of leaseq's jobs, and of dead jobs alone, with replay and cancel
-actions that go through the audited client API (the acting user is recorded)."""
+actions that go through the audited client API (the acting user is recorded); a job's page
+shows its audit trail (every recorded transition: when, what, who, the error)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from leaseq.contrib.django.connection import leaseq_app
 from leaseq.contrib.django.models import DeadJob, Job
@@ -51,7 +54,30 @@ class JobAdmin(admin.ModelAdmin):
     actions = (replay, cancel)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [field.name for field in self.model._meta.fields]
+        return [*(field.name for field in self.model._meta.fields), "audit_trail"]
+
+    @admin.display(description="audit trail")
+    def audit_trail(self, obj: Any) -> SafeString:
+        events = leaseq_app().client.job_events(int(obj.id)) if obj is not None else []
+        if not events:
+            return format_html("{}", "no recorded transitions")
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{} &rarr; {}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    e.at.isoformat(timespec="seconds"),
+                    e.event,
+                    e.from_status or "-",
+                    e.to_status or "-",
+                    e.actor or "-",
+                    e.error_code or "-",
+                )
+                for e in events
+            ),
+        )
+        head = "<tr><th>at</th><th>event</th><th>move</th><th>actor</th><th>error</th></tr>"
+        return format_html("<table>{}{}</table>", SafeString(head), rows)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
