@@ -153,6 +153,7 @@ def create_app(
         post("/jobs/bulk", "bulk", bulk.jobs, jobs_refusal),
         post("/jobs/{job_id}/replay", "replay", actions.replay, job_refusal),
         post("/jobs/{job_id}/delete", "purge", bulk.delete_one, job_refusal),
+        post("/jobs/{job_id}/run", "run", bulk.run_now, job_refusal),
         post("/jobs/{job_id}/cancel", "cancel", actions.cancel, job_refusal),
         post("/dead/replay", "replay", actions.dead_bulk, dead_refusal),
         post("/dead/purge", "purge", actions.dead_bulk, dead_refusal),

@@ -1,9 +1,9 @@
 """The dashboard's newer actions (POST), behind the same guard as ``actions.py`` (CSRF,
 authorization, read-only) and ending the same way (a 303 with a flash): the job list's bulk
 selection (cancel, retry = replay a dead job, delete = purge a dead job; at most 100 ids),
-deleting one dead job from its page, and setting or removing a limit on /limits. Each
-calls the audited client operation the CLI uses, one job at a time, with the dashboard
-user as the actor.
+running a job scheduled for later now and deleting one dead job from its page, and
+setting or removing a limit on /limits. Each calls an audited client operation, one job at
+a time, with the dashboard user as the actor.
 """
 
 from __future__ import annotations
@@ -53,6 +53,16 @@ class BulkActions:
             shown = ", ".join(str(j) for j in skipped[:20])
             message += f"; left as they were (finished, not dead or refused): {shown}"
         return self.web.done(request, "/jobs", message)
+
+    async def run_now(self, request: Request, form: FormData) -> Response:
+        """A pending job scheduled for later, available now (audited)."""
+        job_id = forms.job_id(request.path_params.get("job_id"))
+        reason = forms.reason(form, "running a job now")
+        done = await self.web.client.run_now(job_id, reason=reason, actor=self.web.actor(request))
+        if not done:
+            message = f"job {job_id} is not scheduled for later: nothing changed"
+            return self.web.done(request, f"/jobs/{job_id}", message, "error")
+        return self.web.done(request, f"/jobs/{job_id}", f"job {job_id} is available now")
 
     async def delete_one(self, request: Request, form: FormData) -> Response:
         job_id = forms.job_id(request.path_params.get("job_id"))

@@ -6,6 +6,7 @@ message on the page, never a query.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -184,6 +185,7 @@ class Pages:
             "job": job,
             "flags": flags,
             "links": links,
+            "later": job.status == "pending" and job.available_at > dt.datetime.now(dt.UTC),
             "result_text": value_text(self.web, result.value) if result is not None else None,
             "payload": payload_text(self.web, job),
             "events": events,

@@ -260,3 +260,24 @@ def test_job_page_shows_its_workflow_batch_and_stored_result(
     shown = web.get(f"/jobs/{member}").text
     assert f"<h2>Batch {batch.id}</h2>" in shown and "on_finish: report" in shown
     assert '<span class="state pending">pending</span> 2' in shown
+
+
+def test_run_now_makes_a_delayed_job_available_audited(
+    web: TestClient, client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    later = int(client.enqueue("t", {}, queue="rn", delay=3600))
+    now = int(client.enqueue("t", {}, queue="rn"))
+    page = web.get(f"/jobs/{later}").text
+    assert f'action="/jobs/{later}/run"' in page
+    assert f'action="/jobs/{now}/run"' not in web.get(f"/jobs/{now}").text
+    assert client.claim("rn", worker="w", limit=5)[0].job_id == now
+    token = _token(web, f"/jobs/{later}")
+    assert web.post(f"/jobs/{later}/run", data={"csrf_token": token}).status_code == 400
+    done = web.post(f"/jobs/{later}/run", data={"csrf_token": token, "reason": "urgent"})
+    assert done.status_code == 200 and f"job {later} is available now" in done.text
+    assert ("run_now", "web:ops") in _events(dsn, schema, later)
+    (lease,) = client.claim("rn", worker="w")
+    assert lease.job_id == later
+    again = web.post(f"/jobs/{later}/run", data={"csrf_token": token, "reason": "again"})
+    assert "not scheduled for later" in again.text
+    assert [e for e, _ in _events(dsn, schema, later)].count("run_now") == 1
