@@ -115,7 +115,19 @@ SELECT name FROM del;
 -- of their own), the jobs
 -- waiting on it (claimable and pending; a family: those of its keys that have no exact
 -- limit of their own, found by a scan of the claimable jobs) and how long until its rate
--- bucket admits one more claim.
+-- bucket admits one more claim. Claimable jobs live in two partial indexes (fairness keys
+-- or not): a queue's are counted from both by their leading queue_name; task and key
+-- limits read the claimable set once (the CTE, read only if such a limit exists), never
+-- the whole table.
+WITH claimable AS MATERIALIZED (
+  SELECT queue_name, task, limit_key FROM {schema}.jobs
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting AND fairness_key IS NULL
+    AND available_at <= now()
+  UNION ALL
+  SELECT queue_name, task, limit_key FROM {schema}.jobs
+  WHERE status = 'pending' AND NOT blocked AND NOT waiting AND fairness_key IS NOT NULL
+    AND available_at <= now()
+)
 SELECT l.name, l.concurrency, l.rate, l.per_seconds, l.burst, l.updated_by, l.updated_at,
        CASE WHEN left(l.name, 6) = 'queue:'
             -- A queue limit's slots are on its running jobs (jobs.queue_slot, version 16).
@@ -137,7 +149,7 @@ SELECT l.name, l.concurrency, l.rate, l.per_seconds, l.burst, l.updated_by, l.up
        END,
        CASE WHEN right(l.name, 2) = ':*'
             THEN (SELECT count(*)
-                  FROM {schema}.jobs AS j
+                  FROM claimable AS j
                   CROSS JOIN LATERAL (
                     SELECT CASE split_part(l.name, ':', 1)
                              WHEN 'queue' THEN 'queue:' || j.queue_name
@@ -145,15 +157,19 @@ SELECT l.name, l.concurrency, l.rate, l.per_seconds, l.burst, l.updated_by, l.up
                              ELSE 'key:' || j.limit_key
                            END AS name
                   ) AS m
-                  WHERE j.status = 'pending' AND NOT j.blocked AND NOT j.waiting
-                    AND j.available_at <= now()
-                    AND regexp_replace(m.name, '[^:]*$', '*') = l.name
+                  WHERE regexp_replace(m.name, '[^:]*$', '*') = l.name
                     AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS e WHERE e.name = m.name))
-            ELSE (SELECT count(*) FROM {schema}.jobs AS j
+            WHEN left(l.name, 6) = 'queue:'
+            THEN (SELECT count(*) FROM {schema}.jobs AS j
                   WHERE j.status = 'pending' AND NOT j.blocked AND NOT j.waiting
-                    AND j.available_at <= now()
-                    AND CASE split_part(l.name, ':', 1)
-                          WHEN 'queue' THEN j.queue_name = substr(l.name, 7)
+                    AND j.fairness_key IS NULL
+                    AND j.available_at <= now() AND j.queue_name = substr(l.name, 7))
+               + (SELECT count(*) FROM {schema}.jobs AS j
+                  WHERE j.status = 'pending' AND NOT j.blocked AND NOT j.waiting
+                    AND j.fairness_key IS NOT NULL
+                    AND j.available_at <= now() AND j.queue_name = substr(l.name, 7))
+            ELSE (SELECT count(*) FROM claimable AS j
+                  WHERE CASE split_part(l.name, ':', 1)
                           WHEN 'task' THEN j.task = substr(l.name, 6)
                           ELSE j.limit_key = substr(l.name, 5)
                         END)
