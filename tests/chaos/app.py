@@ -280,3 +280,38 @@ async def chaos_steps(ctx: leaseq.JobContext, payload: Any) -> None:
         raise
     finally:
         run.finish()
+
+
+@app.task(name="chaos.cap.waits", max_attempts=MAX_ATTEMPTS, store_result=True)
+async def chaos_waits(ctx: leaseq.JobContext, payload: Any) -> Any:
+    """A step, a durable sleep, a wait for the signal "go", a second step: each run after a
+    suspension starts again from the top, the steps answered from their records. Returns
+    the signal's payload (stored), so the end check sees which signal the job got."""
+    run = _Execution(ctx, payload)
+    query = sql.SQL("INSERT INTO {}.{} (job_id, step, token) VALUES (%s, %s, %s)").format(
+        sql.Identifier(app.schema), sql.Identifier(STEPS_TABLE)
+    )
+
+    def step(name: str) -> Any:
+        async def write() -> str:
+            async with ctx.transaction() as conn:
+                await conn.execute(query, (ctx.job_id, name, ctx.fencing_token))
+            return name
+
+        return write
+
+    try:
+        await ctx.step_async("before", step("before"))
+        await ctx.sleep_async(float(payload["sleep"]))
+        got = await ctx.wait_for_async("go", timeout=600)
+        for _ in range(run.steps):
+            ctx.progress()
+            await asyncio.sleep(run.step)
+        await ctx.step_async("after", step("after"))
+        run.outcome = "returned"
+        return got
+    except BaseException as exc:
+        run.failed(exc)
+        raise
+    finally:
+        run.finish()

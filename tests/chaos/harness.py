@@ -874,7 +874,8 @@ class ChaosRun:
                     conn = self._connect()
                 ((left,),) = conn.execute(
                     sql.SQL(
-                        "SELECT count(*) FROM {}.jobs WHERE status IN ('pending', 'running')"
+                        "SELECT count(*) FROM {}.jobs"
+                        " WHERE status IN ('pending', 'running', 'suspended')"
                     ).format(sql.Identifier(SCHEMA))
                 )
             except psycopg.Error:

@@ -25,6 +25,7 @@ from tests.chaos.caps.schedules import Schedules
 from tests.chaos.caps.steps import Steps
 from tests.chaos.caps.suite import CAPABILITIES
 from tests.chaos.caps.unique import UniqueKeys
+from tests.chaos.caps.waits import Waits
 
 pytestmark = pytest.mark.requires("postgres-server")
 
@@ -190,4 +191,17 @@ def test_a_job_started_after_its_deadline(ctx: CapContext, conn: Any) -> None:
     )
     assert Deadlines().sample(ctx, conn) == [
         f"job {job} is running, started 0:00:05 after its deadline"
+    ]
+
+
+def test_a_suspended_job_holding_a_slot(ctx: CapContext, conn: Any) -> None:
+    job = _job(conn, ctx, "suspended", task="chaos.cap.waits")
+    conn.execute(
+        sql.SQL("INSERT INTO {} VALUES ('task:chaos.cap.waits', 1, %s, 1)").format(
+            ctx.table("limit_slots")
+        ),
+        (job,),
+    )
+    assert Waits().sample(ctx, conn) == [
+        f"suspended job {job} holds lease None / queue slot None / 1 slot rows"
     ]

@@ -67,7 +67,8 @@ class Batches(Capability):
     def sample(self, ctx: CapContext, conn: psycopg.Connection[Any]) -> list[str]:
         q = sql.SQL(
             "SELECT c.batch_id, c.kind, count(j.id) FROM {c} AS c"
-            " JOIN {j} AS j ON j.batch_id = c.batch_id AND j.status IN ('pending', 'running')"
+            " JOIN {j} AS j ON j.batch_id = c.batch_id"
+            " AND j.status IN ('pending', 'running', 'suspended')"
             " GROUP BY 1, 2"
         ).format(c=ctx.table("batch_callbacks"), j=ctx.table("jobs"))
         return [

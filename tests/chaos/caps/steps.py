@@ -67,7 +67,10 @@ class Steps(Capability):
         ledger: Counter[tuple[int, str]] = Counter()
         tokens: dict[int, int] = {}
         for job, step, token in conn.execute(
-            sql.SQL("SELECT job_id, step, token FROM {}").format(ctx.table(STEPS_TABLE))
+            sql.SQL("SELECT job_id, step, token FROM {} WHERE step = ANY(%s)").format(
+                ctx.table(STEPS_TABLE)
+            ),
+            (list(STEPS),),
         ):
             ledger[job, step] += 1
             tokens[job] = max(token, tokens.get(job, 0))

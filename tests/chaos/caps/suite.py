@@ -27,6 +27,7 @@ from tests.chaos.caps.results import Results
 from tests.chaos.caps.schedules import Schedules
 from tests.chaos.caps.steps import Steps
 from tests.chaos.caps.unique import UniqueKeys
+from tests.chaos.caps.waits import Waits
 
 #: One entry per capability; a new capability is a module with a Capability subclass here.
 CAPABILITIES: tuple[type[Capability], ...] = (
@@ -38,6 +39,7 @@ CAPABILITIES: tuple[type[Capability], ...] = (
     Results,
     Steps,
     Deadlines,
+    Waits,
 )
 
 MAX_KEPT = 20  # violations kept per check (all are counted)
