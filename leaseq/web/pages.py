@@ -128,19 +128,22 @@ class Pages:
             statuses=[state] if state else None, limit=PAGE_SIZE, **found
         )
         next_before = jobs[-1].job_id if len(jobs) == PAGE_SIZE else None
+        counts, queues = await self._state_counts()
         context = {
             "jobs": jobs,
             "filters": shown,
             "next_before": next_before,
-            "counts": await self._state_counts(),
+            "counts": counts,
+            "queues": queues,
             "bulk_actions": forms.BULK_ACTIONS,
             "error": error,
         }
         return self.web.render(request, "jobs.html", context, status)
 
-    async def _state_counts(self) -> list[tuple[str, int, bool]]:
+    async def _state_counts(self) -> tuple[list[tuple[str, int, bool]], list[str]]:
         """(state, jobs, exact) for the job list's tabs: the live states counted from the
-        partial indexes, history (succeeded, cancelled) the planner's estimate."""
+        partial indexes, history (succeeded, cancelled) the planner's estimate; and the
+        queue names (the queue filter's suggestions)."""
         stats, _ = await self.web.client.web_overview()
         waiting = await self.web.client.web_waiting()
         estimates = await self.web.client.web_state_estimates()
@@ -149,12 +152,13 @@ class Pages:
             "running": sum(s.running for s in stats),
             "dead": sum(s.dead for s in stats),
         }
-        return [
+        counts = [
             (state, exact[state], True)
             if state in exact
             else (state, estimates.get(state, 0), False)
             for state in forms.STATES
         ]
+        return counts, [s.queue for s in stats]
 
     async def job(self, request: Request) -> Response:
         return await self.job_page(request)

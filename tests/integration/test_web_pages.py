@@ -122,6 +122,8 @@ def test_find_by_id_state_counts_and_time_range(
     assert found.status_code == 303 and found.headers["location"] == f"/jobs/{new}"
     assert web.get("/find?id=nope").status_code == 400
     page = web.get("/jobs").text
+    # The queue filter suggests the known queues.
+    assert 'list="queue-names"' in page and '<option value="r-dead">' in page
     counts = dict(
         re.findall(r'<span class="state (\w+)">\w+</span> (?:<span[^>]*>≈</span>)?(\d+)', page)
     )
