@@ -56,6 +56,7 @@ from leaseq.rules.schedules import Schedule, ScheduleTick
 from leaseq.rules.unique import EnqueueResult, ReplayResult
 from leaseq.states import JobStatus
 from leaseq.worker import (
+    ChildFailed,
     EffectDecision,
     EffectNotPerformed,
     FencedTransaction,
@@ -83,6 +84,7 @@ __all__ = [
     "AsyncRoutedBatch",
     "AsyncRoutedClient",
     "Chain",
+    "ChildFailed",
     "Client",
     "ConfigError",
     "DatabaseUnavailable",

@@ -59,3 +59,5 @@ class ErrorCode(StrEnum):
     EXPIRED = "EXPIRED"
     #: ``ctx.wait_for`` waited its whole timeout and the signal never came (uncaught).
     WAIT_TIMEOUT = "WAIT_TIMEOUT"
+    #: ``ctx.gather``: a child ended dead or cancelled (uncaught ChildFailed).
+    CHILD_FAILED = "CHILD_FAILED"

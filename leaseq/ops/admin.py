@@ -32,7 +32,8 @@ class AdminOps(EndingOps):
         reason: str | None = None,
         connection: Connection[Any] | None = None,
     ) -> bool:
-        """Cancel a pending job now, or ask its worker to stop a running one.
+        """Cancel a pending or suspended job now, or ask its worker to stop a running one;
+        the unfinished children it spawned (``ctx.spawn``) are cancelled with it.
 
         False when the job does not exist or is already finished. With ``connection`` the
         change joins that connection's open transaction (never committed here).
@@ -45,6 +46,11 @@ class AdminOps(EndingOps):
             rows = self._change_jobs("cancel_job", params, keys, conn)
             # A cancelled job's dependents are decided in the same transaction.
             self._promote_dependents(conn, [int(r[0]) for r in rows if r[1] == "cancelled"])
+            if rows:
+                # Its unfinished children (ctx.spawn) are cancelled with it, same transaction.
+                found = self._rows("unfinished_children", {"id": job_id}, conn)
+                for (child,) in found:
+                    self.cancel(int(child), actor=actor, reason=reason, connection=conn)
         return bool(rows)
 
     def run_now(self, job_id: int, *, actor: str | None = None, reason: str | None = None) -> bool:

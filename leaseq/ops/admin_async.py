@@ -28,7 +28,8 @@ class AsyncAdminOps(AsyncEndingOps):
         reason: str | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> bool:
-        """Cancel a pending job now, or ask its worker to stop a running one.
+        """Cancel a pending or suspended job now, or ask its worker to stop a running one;
+        the unfinished children it spawned (``ctx.spawn``) are cancelled with it.
 
         False when the job does not exist or is already finished. With ``connection`` the
         change joins that connection's open transaction (never committed here).
@@ -41,6 +42,11 @@ class AsyncAdminOps(AsyncEndingOps):
             rows = await self._change_jobs("cancel_job", params, keys, conn)
             # A cancelled job's dependents are decided in the same transaction.
             await self._promote_dependents(conn, [int(r[0]) for r in rows if r[1] == "cancelled"])
+            if rows:
+                # Its unfinished children (ctx.spawn) are cancelled with it, same transaction.
+                found = await self._rows("unfinished_children", {"id": job_id}, conn)
+                for (child,) in found:
+                    await self.cancel(int(child), actor=actor, reason=reason, connection=conn)
         return bool(rows)
 
     async def run_now(

@@ -95,7 +95,13 @@ class StepOps(PayloadOps):
         return True, None if rows[0][0] is None else float(rows[0][0])
 
     def wait_point(
-        self, lease: Lease, *, record: str, until: float | None, signal: str | None
+        self,
+        lease: Lease,
+        *,
+        record: str,
+        until: float | None,
+        signal: str | None,
+        poll: float | None = None,
     ) -> WaitOutcome:
         """At a sleep or a wait: under the job's row lock (so no signal's send can slip
         between), deliver the awaited signal into the step's record, record the timeout,
@@ -107,6 +113,8 @@ class StepOps(PayloadOps):
             now, cancel = fenced[0]
             if cancel:
                 return "cancel", None
+            if poll is not None:  # gather: look again after ``poll`` s (database clock)
+                until = float(now) + poll
             sent = []
             if signal is not None:
                 sent = self._rows("signal_get", {"id": lease.job_id, "name": signal}, conn)
@@ -129,7 +137,7 @@ class StepOps(PayloadOps):
             elif decision is WaitDecision.SUSPEND:
                 params = {
                     **self._fence(lease),
-                    "reason": "signal" if signal is not None else "sleep",
+                    "reason": "signal" if signal else "children" if poll else "sleep",
                     "until": until,
                     "signal": signal,
                     "detail": f"waits for signal {signal}" if signal else f"sleeps ({record})",
@@ -215,3 +223,15 @@ class StepOps(PayloadOps):
             ):
                 raise InvalidTransition(f"job {job_id} could not be replayed")
         return [str(r[0]) for r in cut]
+
+    def children_record(
+        self, parent_id: int, step: str, children: list[int], connection: Connection[Any]
+    ) -> None:
+        """The children a spawning step enqueued, in that step's transaction."""
+        params = {"id": parent_id, "step": step, "children": children}
+        self._rows("children_record", params, connection)
+
+    def children_states(self, children: list[int]) -> list[str | None]:
+        """Each child's status now (None: no such job), in the order given (primary)."""
+        rows = self._rows("children_states", {"children": children})
+        return [None if r[1] is None else str(r[1]) for r in rows]

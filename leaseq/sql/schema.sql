@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 26
+-- schema version: 27
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -43,7 +43,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (23, 'api_tokens'),
   (24, 'suspensions'),
   (25, 'sql_api_refresh'),
-  (26, 'fairness');
+  (26, 'fairness'),
+  (27, 'children');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -2444,3 +2445,12 @@ BEGIN
     USING ERRCODE = 'LQ010';
 END
 $fn$;
+
+-- Fan-out with results (version 27, docs/durable.md): the children a job spawned, one row
+-- each, written with the spawning step's record.
+CREATE TABLE {schema}.job_children (
+  parent_id bigint NOT NULL,
+  step text NOT NULL,
+  child_id bigint NOT NULL,
+  PRIMARY KEY (parent_id, step, child_id)
+);

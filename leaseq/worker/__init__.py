@@ -10,10 +10,12 @@ from leaseq.worker.effects import (
     UncertainEffect,
 )
 from leaseq.worker.runner import Worker, WorkerStats, run_worker
+from leaseq.worker.spawns import ChildFailed
 from leaseq.worker.steps import StepError
 from leaseq.worker.waits import WaitTimeout
 
 __all__ = [
+    "ChildFailed",
     "EffectDecision",
     "EffectNotPerformed",
     "FencedTransaction",

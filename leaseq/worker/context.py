@@ -22,6 +22,14 @@ from leaseq.worker.effects import (
     run_effect,
     run_effect_async,
 )
+from leaseq.worker.spawns import (
+    ChildFailed,
+    run_gather,
+    run_gather_async,
+    run_spawn,
+    run_spawn_async,
+    spawn_name,
+)
 from leaseq.worker.steps import (
     StepBook,
     StepSite,
@@ -46,7 +54,7 @@ if TYPE_CHECKING:
     from leaseq.client import Client
     from leaseq.client_async import AsyncClient
 
-__all__ = ["JobAborted", "JobContext", "JobServices", "LeaseLost", "WaitTimeout"]
+__all__ = ["ChildFailed", "JobAborted", "JobContext", "JobServices", "LeaseLost", "WaitTimeout"]
 
 
 @dataclass
@@ -404,3 +412,70 @@ class JobContext:
     async def patched_async(self, name: str) -> bool:
         """:meth:`patched` for async handlers."""
         return await run_patched_async(self._step_site(), self._async(), check_step_name(name))
+
+    # -- fan-out with results (see leaseq/worker/spawns.py) ------------------------------
+
+    def spawn(
+        self, task: str, payload: Any = None, *, name: str | None = None, **options: Any
+    ) -> int:
+        """Enqueue a child job once per job (sync handlers): a step (``spawn-N`` or
+        ``name``) whose record and the child commit together; reruns get the same id.
+        ``options`` are ``enqueue``'s."""
+        name = spawn_name(self, name, "spawn")
+        return run_spawn(self, check_step_name(name), [(task, payload, options)])[0]
+
+    async def spawn_async(
+        self, task: str, payload: Any = None, *, name: str | None = None, **options: Any
+    ) -> int:
+        """:meth:`spawn` for async handlers."""
+        name = spawn_name(self, name, "spawn")
+        return (await run_spawn_async(self, check_step_name(name), [(task, payload, options)]))[0]
+
+    def spawn_many(self, children: list[Any], *, name: str | None = None) -> list[int]:
+        """:meth:`spawn` for several children at once, each ``(task, payload)`` or
+        ``(task, payload, options)``: one step, one transaction."""
+        name = spawn_name(self, name, "spawn")
+        return run_spawn(self, check_step_name(name), [_child(c) for c in children])
+
+    async def spawn_many_async(self, children: list[Any], *, name: str | None = None) -> list[int]:
+        """:meth:`spawn_many` for async handlers."""
+        name = spawn_name(self, name, "spawn")
+        return await run_spawn_async(self, check_step_name(name), [_child(c) for c in children])
+
+    def gather(
+        self,
+        children: list[int],
+        *,
+        poll: float = 1.0,
+        return_failures: bool = False,
+        name: str | None = None,
+    ) -> list[Any]:
+        """The stored results of ``children`` (sync handlers), once every one has ended:
+        until then the job is suspended (holding no lease, slot or connection) and looks
+        again every ``poll`` seconds. A child that ended dead or cancelled raises
+        :class:`ChildFailed`; with ``return_failures`` each child's outcome is returned
+        as a dict (``JobResult``'s fields) instead. Recorded once as a step (``gather-N``)."""
+        name = check_step_name(spawn_name(self, name, "gather"))
+        poll = checks.check_positive_seconds("poll", poll, 3600)
+        return run_gather(self, name, list(children), poll, return_failures)
+
+    async def gather_async(
+        self,
+        children: list[int],
+        *,
+        poll: float = 1.0,
+        return_failures: bool = False,
+        name: str | None = None,
+    ) -> list[Any]:
+        """:meth:`gather` for async handlers."""
+        name = check_step_name(spawn_name(self, name, "gather"))
+        poll = checks.check_positive_seconds("poll", poll, 3600)
+        return await run_gather_async(self, name, list(children), poll, return_failures)
+
+
+def _child(spec: Any) -> tuple[str, Any, dict[str, Any]]:
+    if not isinstance(spec, tuple | list) or len(spec) not in (2, 3):
+        raise ConfigError(
+            f"a child is (task, payload) or (task, payload, options), got {spec!r:.60}"
+        )
+    return (spec[0], spec[1], dict(spec[2]) if len(spec) == 3 else {})

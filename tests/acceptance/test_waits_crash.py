@@ -223,3 +223,19 @@ def test_a_signal_sent_while_the_job_is_being_suspended_is_delivered_once(
         job_id,
     )
     assert record["payload"] == {"ok": 1}
+
+
+@pytest.mark.slow
+def test_kill_9_after_the_spawn_never_spawns_the_children_twice(
+    dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path, work: pathlib.Path
+) -> None:
+    parent = client.enqueue("fan", {"dir": str(work)})
+    with WorkerProcess(dsn, schema, *FAST, log_dir=tmp_path, app=APP) as a:
+        wait_for((work / "at").exists, 60, "the parent to spawn its children")
+        a.signal(signal.SIGKILL)
+        a.wait(10)
+    expire_lease(dsn, schema, parent)
+    _run_to_the_end(dsn, schema, tmp_path)
+    assert client.result(parent, timeout=5) == 60
+    ((spawned,),) = rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE task = 'child'", schema)
+    assert spawned == 3, "the rerun got its children from the spawn step's record"

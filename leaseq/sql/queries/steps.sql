@@ -64,6 +64,9 @@ steps_gone AS (
   DELETE FROM {schema}.job_steps AS s WHERE s.job_id = ANY((SELECT ids FROM batch)::bigint[])
 ), signals_gone AS (
   DELETE FROM {schema}.job_signals AS g WHERE g.job_id = ANY((SELECT ids FROM batch)::bigint[])
+), children_gone AS (
+  DELETE FROM {schema}.job_children AS k
+  WHERE k.parent_id = ANY((SELECT ids FROM batch)::bigint[])
 )
 
 -- name: restart_lock
@@ -80,3 +83,23 @@ FOR UPDATE;
 -- transaction of the replay that brings the job back (the records before it stay).
 DELETE FROM {schema}.job_steps WHERE job_id = %(id)s AND seq >= %(seq)s
 RETURNING name;
+
+-- name: children_record
+-- The children a spawning step enqueued, in that step's transaction (with its record).
+INSERT INTO {schema}.job_children (parent_id, step, child_id)
+SELECT %(id)s, %(step)s, unnest(%(children)s::bigint[])
+ON CONFLICT DO NOTHING;
+
+-- name: children_states
+-- What gather waits for: each child's status (NULL: the row is gone), in the order given.
+SELECT c.id, j.status::text
+FROM unnest(%(children)s::bigint[]) WITH ORDINALITY AS c(id, n)
+LEFT JOIN {schema}.jobs AS j ON j.id = c.id
+ORDER BY c.n;
+
+-- name: unfinished_children
+-- A cancelled parent's children still to cancel.
+SELECT k.child_id FROM {schema}.job_children AS k
+JOIN {schema}.jobs AS j ON j.id = k.child_id
+WHERE k.parent_id = %(id)s AND j.status IN ('pending', 'running', 'suspended')
+ORDER BY k.child_id;

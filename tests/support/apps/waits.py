@@ -62,3 +62,15 @@ def approve(ctx: leaseq.JobContext, payload: dict[str, Any]) -> Any:
     _hold(ctx, payload)
     decision = ctx.wait_for("go", timeout=120)
     return _step(ctx, payload, "two", {"decision": decision})
+
+
+@app.task(name="child", store_result=True)
+def child(ctx: leaseq.JobContext, payload: dict[str, Any]) -> int:
+    return int(payload["n"]) * 10
+
+
+@app.task(name="fan", store_result=True)
+def fan(ctx: leaseq.JobContext, payload: dict[str, Any]) -> Any:
+    ids = ctx.spawn_many([("child", {"n": n}) for n in (1, 2, 3)])
+    _hold(ctx, payload)  # the first attempt waits here, its children committed
+    return sum(ctx.gather(ids, poll=0.1))
