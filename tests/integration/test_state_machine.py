@@ -291,6 +291,24 @@ class LeaseqMachine(RuleBasedStateMachine):
             return self.enqueue([spec, (2, None, "block", None, False, "skip"), spec])
         return self.enqueue([spec])
 
+    def _live_holders(self) -> list[int]:
+        return sorted(
+            job_id
+            for job_id, window in self.holders.values()
+            if not window and self.model[job_id].live
+        )
+
+    @precondition(lambda self: bool(self._live_holders()) and self._unfinished() < MAX_UNFINISHED)
+    @rule(target=jobs, data=st.data())
+    def replace_a_leased_holder_then_release(self, data: st.DataObject) -> Any:
+        """A deploy: a replace queues a follow-up behind a leased (prefetched) holder, then
+        the worker shuts down and releases the holder's lease (issue 28, item 1)."""
+        job_id = data.draw(st.sampled_from(self._live_holders()), label="holder")
+        key = self.model[job_id].unique_key
+        new = self.enqueue([(2, None, "block", key, False, "replace")])
+        self._act(self.issued[(job_id, self.model[job_id].token)], "release")
+        return new
+
     @precondition(lambda self: bool(self.model) and self._unfinished() < MAX_UNFINISHED)
     @rule(
         target=jobs,
