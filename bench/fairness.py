@@ -7,9 +7,9 @@ without the fair-queue check (the claim as it was before fairness keys), interle
 Drain: two schemas per round, filled the same way (``--jobs`` no-op jobs, untimed), one
 with every job under one of ``--keys`` fairness keys (round robin), one without keys; each
 drained by one client claiming 10 at a time (``claim`` + ``complete_many``, the work of a
-worker at concurrency 10 without the handler). Rounds alternate the order of the two
-modes. Prints jobs/s per mode per round, the medians and the ratio fair / plain (target
->= 0.85).
+worker at concurrency 10 without the handler), configured as a worker's (generic plans).
+Rounds alternate the order of the two modes. Prints jobs/s per mode per round, the
+medians and the ratio fair / plain (target >= 0.85).
 
 Statement: on one connection, the bare ``claim_jobs`` (prepared) of a queue without keys
 against the same text without its ``_queue_is_fair`` check, alternating claim by claim
@@ -97,7 +97,10 @@ def main() -> None:
         for mode in order:
             with fresh_schema(dsn, f"fair_{mode}") as client:
                 _fill(dsn, client, args.jobs, args.keys if mode == "fair" else 0)
-                rates[mode].append(_drain(client, args.jobs))
+                # Drained as a worker's client claims: prepared statements on their
+                # generic plans, no JIT (leaseq.ops.base_async._configure_generic_plans).
+                with leaseq.Client(dsn, schema=client.schema, generic_plans=True) as worker:
+                    rates[mode].append(_drain(worker, args.jobs))
         print(f"round {r + 1}: " + ", ".join(f"{m} {rates[m][-1]:,.0f} jobs/s" for m in order))
     med = {m: statistics.median(v) for m, v in rates.items()}
     print(
