@@ -27,6 +27,7 @@ from leaseq.models import (
     JobResult,
     QueueScaling,
     QueueStats,
+    StepRecord,
     UniqueKeyHolder,
 )
 from leaseq.ops.base import ClientBase, Row
@@ -113,6 +114,14 @@ class WebOps(ClientBase):
         """Jobs waiting on dependencies, per queue (at most 1000 queues)."""
         (rows,) = self._web_rows([("web_waiting_counts", None)])
         return {str(queue): int(count) for queue, count in rows}
+
+    def web_suspended(self) -> dict[str, int]:
+        """Suspended jobs (sleeping, waiting for a signal or for children), per queue."""
+        (rows,) = self._web_rows([("suspended_stats", None)])
+        counts: dict[str, int] = {}
+        for queue, _reason, count, _overdue in rows:
+            counts[str(queue)] = counts.get(str(queue), 0) + int(count)
+        return counts
 
     def web_throughput(self, window: int = THROUGHPUT_WINDOW) -> dict[str, list[int]]:
         """Jobs finished per queue in each of the last 60 minutes, oldest minute first,
@@ -212,6 +221,17 @@ class WebOps(ClientBase):
             holder,
             JobFlags(*ordering[0]) if ordering else JobFlags(None, False, False),
         )
+
+    def web_job_durable(
+        self, job_id: int
+    ) -> tuple[list[StepRecord], list[tuple[str, Any, Any, str | None]]]:
+        """A job's durable execution for its page: its step records in their order (the
+        timeline) and the signals sent to it (values as stored: sealed ones stay so)."""
+        params = {"id": validate.check_int("job id", job_id, 1, 2**63 - 1)}
+        steps, signals = self._web_rows(
+            [("job_steps", params), ("job_signals", params)], tolerant=True
+        )
+        return [StepRecord(*r) for r in steps], [(r[0], r[1], r[2], r[3]) for r in signals]
 
     def web_blocked_keys(self, *, limit: int = 100) -> list[BlockedKey]:
         """Ordering keys held up by a dead head, oldest first."""

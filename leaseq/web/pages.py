@@ -47,8 +47,9 @@ class Pages:
         stats, pauses = await self.web.client.web_overview()
         series = await self.web.client.web_throughput()
         waiting = await self.web.client.web_waiting()
+        suspended = await self.web.client.web_suspended()
         known = {s.queue for s in stats}
-        extra = dict.fromkeys([*series, *waiting])
+        extra = dict.fromkeys([*series, *waiting, *suspended])
         stats += [QueueStats(q, 0, 0, 0, 0, 0.0, 0.0, 0) for q in extra if q not in known]
         stats.sort(key=lambda s: s.queue)
         paused = {p.value for p in pauses if p.scope == "queue"}
@@ -57,6 +58,7 @@ class Pages:
                 "stats": s,
                 "paused": s.queue in paused,
                 "waiting": waiting.get(s.queue, 0),
+                "suspended": suspended.get(s.queue, 0),
                 "series": series.get(s.queue, [0] * 60),
                 "last_hour": sum(series.get(s.queue, [])),
                 "last_minute": (series.get(s.queue) or [0])[-1],
@@ -184,6 +186,7 @@ class Pages:
             return self.web.render(request, "job.html", context, 404)
         job, events, effects, holder, flags = found
         links = await self.web.client.web_job_links(job_id)
+        steps, signals = await self.web.client.web_job_durable(job_id)
         result = links.result if links.result is not None and links.result.stored else None
         context = {
             "job": job,
@@ -194,6 +197,9 @@ class Pages:
             "payload": payload_text(self.web, job),
             "events": events,
             "effects": effects,
+            # The durable timeline (docs/durable.md): steps in their order, signals sent.
+            "steps": [(r, value_text(self.web, r.result)) for r in steps],
+            "signals": [(n, value_text(self.web, v), at, who) for n, v, at, who in signals],
             "holder": holder,
             "ordering_key": flags.ordering_key,
             "message": message,

@@ -455,3 +455,19 @@ def test_schedule_actions_are_refused_in_read_only_mode(
         refused = tc.post("/schedules/hourly/disable", data={"csrf_token": token, "reason": "x"})
         assert refused.status_code == 403 and "read-only" in refused.text
     assert client.schedules()[0].enabled
+
+
+def test_job_page_shows_the_durable_timeline(
+    web: TestClient, client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    job = client.enqueue("t")
+    (lease,) = client.claim(worker="w")
+    assert client.step_record(lease, "fetch-rows", 0, {"rows": 3})
+    assert client.wait_point(lease, record="sleep-2", until=None, signal="approval")[0] == "suspend"
+    assert client.signal(job, "note", {"from": "ops"}, actor="ada")
+    page = web.get(f"/jobs/{job}").text
+    assert "Suspended (signal)" in page and "waits without a timeout" in page
+    assert "<h2>Steps</h2>" in page and "fetch-rows" in page and "&#34;rows&#34;: 3" in page
+    assert "<h2>Signals</h2>" in page and "note" in page and "ada" in page
+    overview = web.get("/").text
+    assert ">Suspended</th>" in overview and '<td class="n">1</td>' in overview

@@ -26,6 +26,8 @@ REPLICA_READS = {
     "web_jobs",
     "web_dead",
     "web_job",
+    "web_job_durable",
+    "web_suspended",
     "web_blocked_keys",
     "web_pauses",
     "web_limits",
