@@ -212,7 +212,14 @@ class AsyncClientBase:
                         _configure_generic_plans if self._generic_plans else _configure_connection
                     ),
                 )
-                await pool.open(wait=True, timeout=30)
+                try:
+                    await pool.open(wait=True, timeout=30)
+                except BaseException:
+                    # Cancelled (a worker's shutdown stopping a handler's first step) or
+                    # timed out mid-open: a half-open pool keeps its worker tasks, which
+                    # swallow cancellation, and asyncio.run() never returned. Close it.
+                    await pool.close()
+                    raise
                 self._pool = pool
         return self._pool
 
