@@ -107,7 +107,7 @@ def run_gather(
     client = ctx._sync()
     book = ctx._steps
     if book.records is None:
-        book.load(client.step_records(ctx.job_id))
+        book.load([] if ctx.lease.token == 1 else client.step_records(ctx.job_id))
     record = book.records.get(name) if book.records else None
     if record is None and _unfinished(ctx, client.children_states(children)):
         decision, _ = client.wait_point(ctx.lease, record=name, until=None, signal=None, poll=poll)
@@ -122,7 +122,7 @@ async def run_gather_async(
     client = ctx._async()
     book = ctx._steps
     if book.records is None:
-        book.load(await client.step_records(ctx.job_id))
+        book.load([] if ctx.lease.token == 1 else await client.step_records(ctx.job_id))
     record = book.records.get(name) if book.records else None
     if record is None and _unfinished(ctx, await client.children_states(children)):
         decision, _ = await client.wait_point(

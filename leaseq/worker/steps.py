@@ -60,6 +60,8 @@ class StepBook:
     active: ActiveStep | None = None
 
     def load(self, records: list[StepRecord]) -> None:
+        """The records an earlier attempt committed. The drivers skip the read under a
+        job's first lease (token 1): no lease before it could have recorded a step."""
         self.records = {r.name: r for r in records}
         self.by_seq = {r.seq: r.name for r in records}
 
@@ -169,7 +171,7 @@ def run_step(site: StepSite, client: Client, name: str, fn: Callable[..., Any], 
     """Carry out one step from a sync handler (in its thread)."""
     book = site.book
     if book.records is None:
-        book.load(client.step_records(site.lease.job_id))
+        book.load([] if site.lease.token == 1 else client.step_records(site.lease.job_id))
     seq, record = book.begin(name)
     if record is not None:
         return record.result
@@ -202,7 +204,7 @@ async def run_step_async(
     """Carry out one step from an async handler; ``fn`` may be sync or async."""
     book = site.book
     if book.records is None:
-        book.load(await client.step_records(site.lease.job_id))
+        book.load([] if site.lease.token == 1 else await client.step_records(site.lease.job_id))
     seq, record = book.begin(name)
     if record is not None:
         return record.result
@@ -347,7 +349,7 @@ class StepTransaction:
 def run_patched(site: StepSite, client: Client, name: str) -> bool:
     """``ctx.patched`` from a sync handler."""
     if site.book.records is None:
-        site.book.load(client.step_records(site.lease.job_id))
+        site.book.load([] if site.lease.token == 1 else client.step_records(site.lease.job_id))
     seq, known = site.book.patch(name)
     if known is None and not client.step_record(site.lease, f"patch:{name}", seq, True):
         raise _lost(site, f"patch:{name}")
@@ -357,7 +359,9 @@ def run_patched(site: StepSite, client: Client, name: str) -> bool:
 async def run_patched_async(site: StepSite, client: AsyncClient, name: str) -> bool:
     """``ctx.patched`` from an async handler."""
     if site.book.records is None:
-        site.book.load(await client.step_records(site.lease.job_id))
+        site.book.load(
+            [] if site.lease.token == 1 else await client.step_records(site.lease.job_id)
+        )
     seq, known = site.book.patch(name)
     if known is None and not await client.step_record(site.lease, f"patch:{name}", seq, True):
         raise _lost(site, f"patch:{name}")
