@@ -71,25 +71,33 @@ def drain_raw(settings: Settings) -> dict[str, Sample]:
     return samples
 
 
+def best_of(series: dict[str, Series], keys: list[str]) -> str | None:
+    """Of ``keys``, the configuration with the highest median, or None if none ran."""
+    ran = [k for k in keys if k in series and series[k].samples]
+    return max(ran, key=lambda k: statistics.median(series[k].figures())) if ran else None
+
+
 def best_raw(series: dict[str, Series], clock: str) -> str | None:
     """The raw configuration with the highest median on ``clock``, or None if none ran."""
-    keys = [raw_key(p, b, clock) for b in RAW_BATCHES for p in RAW_PROCESSES]
-    ran = [k for k in keys if k in series and series[k].samples]
-    if not ran:
-        return None
-    return max(ran, key=lambda k: statistics.median(series[k].figures()))
+    return best_of(series, [raw_key(p, b, clock) for b in RAW_BATCHES for p in RAW_PROCESSES])
+
+
+def adopt_best(series: dict[str, Series], target_key: str, best: str | None, label: str) -> None:
+    """A limit's series takes the samples of its best configuration, named in its label."""
+    target = series.get(target_key)
+    if best is None or target is None:
+        return
+    target.samples = list(series[best].samples)
+    target.metric = dataclasses.replace(target.metric, label=label)
 
 
 def finish_raw(series: dict[str, Series]) -> None:
     """After all the rounds: the raw limit, per clock, is its best configuration."""
     for clock in CLOCKS:
         best = best_raw(series, clock)
-        target = series.get(f"{RAW_LIMIT}-{clock}")
-        if best is None or target is None:
-            continue
-        target.samples = list(series[best].samples)
-        label = f"raw limit, {CLOCKS[clock]} = best: {raw_config(best)}"
-        target.metric = dataclasses.replace(target.metric, label=label)
+        if best is not None:
+            label = f"raw limit, {CLOCKS[clock]} = best: {raw_config(best)}"
+            adopt_best(series, f"{RAW_LIMIT}-{clock}", best, label)
 
 
 def leaseq_drain(settings: Settings, name: str, task: str, processes: int) -> dict[str, Sample]:

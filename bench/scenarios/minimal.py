@@ -13,9 +13,7 @@ Its ratios split leaseq's gap into its two causes (issue 35):
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import statistics
 import sys
 
 from bench import minimal
@@ -31,7 +29,16 @@ from bench.harness import (
     run_processes,
     worker_env,
 )
-from bench.scenarios.drain import CLOCKS, RAW_BATCHES, RAW_LIMIT, RAW_PROCESSES, raw_config, raw_key
+from bench.scenarios.drain import (
+    CLOCKS,
+    RAW_BATCHES,
+    RAW_LIMIT,
+    RAW_PROCESSES,
+    adopt_best,
+    best_of,
+    raw_config,
+    raw_key,
+)
 
 NAME = "drain-minimal"
 LIMIT = "drain-minimal-limit"
@@ -85,22 +92,17 @@ def drain_minimal(settings: Settings) -> dict[str, Sample]:
 
 def best(series: dict[str, Series], clock: str) -> str | None:
     """The minimal configuration with the highest median on ``clock``, or None."""
-    keys = [key(p, b, clock) for b in RAW_BATCHES for p in RAW_PROCESSES]
-    ran = [k for k in keys if k in series and series[k].samples]
-    return max(ran, key=lambda k: statistics.median(series[k].figures())) if ran else None
+    return best_of(series, [key(p, b, clock) for b in RAW_BATCHES for p in RAW_PROCESSES])
 
 
 def finish(series: dict[str, Series]) -> None:
     """After the rounds: the minimal limit, per clock, is its best configuration."""
     for clock in CLOCKS:
         won = best(series, clock)
-        target = series.get(f"{LIMIT}-{clock}")
-        if won is None or target is None:
-            continue
-        target.samples = list(series[won].samples)
-        config = raw_config(won.replace(NAME, "drain-raw"))
-        label = f"minimal limit, {CLOCKS[clock]} = best: {config}"
-        target.metric = dataclasses.replace(target.metric, label=label)
+        if won is not None:
+            config = raw_config(won.replace(NAME, "drain-raw"))
+            label = f"minimal limit, {CLOCKS[clock]} = best: {config}"
+            adopt_best(series, f"{LIMIT}-{clock}", won, label)
 
 
 SCENARIO = Scenario(
