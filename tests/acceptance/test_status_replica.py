@@ -30,7 +30,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.requires("postgres-server")]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: What every queue's entry in ``status --json`` has always carried.
-QUEUE_KEYS = {*leaseq.QueueStats("q", 0, 0, 0, 0, 0.0, 0.0, 0).as_dict(), "paused"}
+# Per queue, status --json adds "paused" and (durable execution) "suspended" to QueueStats.
+QUEUE_KEYS = {*leaseq.QueueStats("q", 0, 0, 0, 0, 0.0, 0.0, 0).as_dict(), "paused", "suspended"}
 
 
 def leaseq_cli(*args: str) -> str:

@@ -160,8 +160,15 @@ async def test_lost_lease_tells_sync_handler_through_ctx(
             return
         started.set()
         deadline = time.monotonic() + 10
-        while not ctx.lease_lost and time.monotonic() < deadline:
-            time.sleep(0.02)
+        try:
+            while not ctx.lease_lost and time.monotonic() < deadline:
+                time.sleep(0.02)
+        except leaseq.JobAborted as exc:
+            # The worker's soft stop of an attempt whose lease was lost (docs/worker.md):
+            # raised in this thread while it sleeps, before the loop sees the flag.
+            observed["stopped"] = f"{type(exc).__name__}: {ctx.aborted}"
+            observed["lost"] = ctx.lease_lost
+            raise
         observed["lost"] = ctx.lease_lost
         try:
             ctx.progress()
@@ -179,7 +186,10 @@ async def test_lost_lease_tells_sync_handler_through_ctx(
         await asyncio.sleep(0.05)
     worker.stop()
     stats = await asyncio.wait_for(run, 10)
-    assert observed["lost"] is True and "LEASE_LOST" in observed["raised"]
+    # Either way the handler learns it: through ctx (and progress() raising), or by the
+    # soft stop raised in its thread, naming the lost lease.
+    assert observed["lost"] is True
+    assert "LEASE_LOST" in observed.get("raised", "") + observed.get("stopped", "")
     assert stats.lost_leases == 1
     job = client.get_job(job_id)
     assert job is not None and not (job.status is JobStatus.SUCCEEDED and job.lease_token == 1)
