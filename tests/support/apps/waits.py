@@ -74,3 +74,32 @@ def fan(ctx: leaseq.JobContext, payload: dict[str, Any]) -> Any:
     ids = ctx.spawn_many([("child", {"n": n}) for n in (1, 2, 3)])
     _hold(ctx, payload)  # the first attempt waits here, its children committed
     return sum(ctx.gather(ids, poll=0.1))
+
+
+@app.task(name="flow", store_result=True)
+def flow(ctx: leaseq.JobContext, payload: dict[str, Any]) -> Any:
+    """Three steps around a sleep and a wait for a signal, for the restart test: each step's
+    transaction stays open a little (so a restart can land inside one)."""
+
+    def slow_step(name: str) -> Any:
+        def run() -> str:
+            with pathlib.Path(payload["dir"], "calls").open("a") as calls:
+                calls.write(f"{name} {ctx.job_id} {ctx.fencing_token}\n")
+            with ctx.transaction() as conn:
+                conn.execute(
+                    sql.SQL("INSERT INTO {}.ledger VALUES (%s, %s, %s)").format(
+                        sql.Identifier(os.environ["LEASEQ_SCHEMA"])
+                    ),
+                    (ctx.job_id, name, ctx.fencing_token),
+                )
+                time.sleep(payload["hold"])
+            return name
+
+        return ctx.step(name, run)
+
+    one = slow_step("one")
+    ctx.sleep(payload["seconds"], name="nap")
+    two = slow_step("two")
+    decision = ctx.wait_for("go", timeout=300)
+    three = slow_step("three")
+    return [one, two, decision, three]
