@@ -239,3 +239,52 @@ def test_kill_9_after_the_spawn_never_spawns_the_children_twice(
     assert client.result(parent, timeout=5) == 60
     ((spawned,),) = rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE task = 'child'", schema)
     assert spawned == 3, "the rerun got its children from the spawn step's record"
+
+
+@pytest.mark.slow
+def test_kill_9_inside_the_spawns_transaction_spawns_the_children_once(
+    dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path, work: pathlib.Path
+) -> None:
+    parent = client.enqueue("fan", {"dir": str(work)})
+    # The test's SHARE lock on job_children holds the spawn's children_record (the last
+    # statement of the spawning step's transaction, after every child's enqueue) until the
+    # worker is gone: the kill lands with the children written and nothing committed.
+    lock = psycopg.connect(dsn)
+    lock.execute(sql.SQL("LOCK TABLE {}.job_children IN SHARE MODE").format(sql.Identifier(schema)))
+    a = WorkerProcess(dsn, schema, *FAST, "--lease-seconds", "2", log_dir=tmp_path, app=APP)
+    try:
+        wait_for(
+            lambda: _waiting_on_a_lock(dsn, "%job_children%", schema), 60, "the spawn's insert"
+        )
+        a.signal(signal.SIGKILL)
+        a.wait(10)
+    finally:
+        a.kill()
+        lock.rollback()
+        lock.close()
+    assert not (work / "at").exists(), "the first attempt never got past the spawn"
+    assert rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE task = 'child'", schema) == [(0,)]
+    assert rows(dsn, "SELECT count(*) FROM {s}.job_children", schema) == [(0,)]
+    assert rows(dsn, "SELECT count(*) FROM {s}.job_steps", schema) == [(0,)]
+    wait_for(
+        lambda: rows(
+            dsn, "SELECT lease_expires_at <= now() FROM {s}.jobs WHERE id = %s", schema, parent
+        )[0][0],
+        30,
+        "its lease to lapse",
+    )
+    _run_to_the_end(dsn, schema, tmp_path)
+    assert client.result(parent, timeout=5) == 60, "gather returned the children's results"
+    children = rows(dsn, "SELECT id, payload FROM {s}.jobs WHERE task = 'child'", schema)
+    assert sorted(p["n"] for _, p in children) == [1, 2, 3], children
+    recorded = rows(
+        dsn, "SELECT child_id FROM {s}.job_children WHERE parent_id = %s", schema, parent
+    )
+    assert sorted(recorded) == sorted((i,) for i, _ in children), "each child named once"
+    ((token,),) = rows(
+        dsn,
+        "SELECT lease_token FROM {s}.job_steps WHERE job_id = %s AND name LIKE 'spawn%%'",
+        schema,
+        parent,
+    )
+    assert token == 2, "the spawn was recorded by the second attempt only"
