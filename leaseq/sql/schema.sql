@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 27
+-- schema version: 28
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -44,7 +44,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (24, 'suspensions'),
   (25, 'sql_api_refresh'),
   (26, 'fairness'),
-  (27, 'children');
+  (27, 'children'),
+  (28, 'sql_api_cancel_children');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -2385,6 +2386,20 @@ SELECT id, NULL FROM reblocked
     END LOOP;
   END IF;
   PERFORM {schema}._api_promote(v_cancelled);
+  IF v_any THEN
+    -- Its unfinished children (ctx.spawn) are cancelled with it, in this transaction, as
+    -- client.cancel does (each through this function: keys, dependents, its own children).
+    FOR v_row IN
+-- statement: unfinished_children
+SELECT k.child_id FROM {schema}.job_children AS k
+JOIN {schema}.jobs AS j ON j.id = k.child_id
+WHERE k.parent_id = p_id AND j.status IN ('pending', 'running', 'suspended')
+ORDER BY k.child_id
+-- end: unfinished_children
+    LOOP
+      PERFORM {schema}._api_cancel(v_row.child_id, p_actor, p_reason);
+    END LOOP;
+  END IF;
   RETURN v_any;
 END
 $fn$;

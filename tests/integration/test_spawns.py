@@ -10,6 +10,9 @@ import asyncio
 import pathlib
 from typing import Any
 
+import psycopg
+from psycopg import sql
+
 import leaseq
 from leaseq import JobStatus
 from tests.support.helpers import rows
@@ -137,3 +140,47 @@ async def test_the_fan_out_example_of_docs_durable_runs_as_pasted(
     job_id = client.enqueue("album", {"images": ["a", "b"]})
     await asyncio.wait_for(leaseq.Worker(app, _config()).run(), 60)
     assert client.result(job_id, timeout=5) == ["a-small.png", "b-small.png"]
+
+
+async def test_the_sql_apis_cancel_cascades_to_children_and_grandchildren(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    app = _app(dsn, schema)
+
+    @app.task(name="waits_forever")
+    def waits_forever(ctx: leaseq.JobContext, payload: Any) -> None:
+        ctx.wait_for("never")
+
+    @app.task(name="middle")
+    def middle(ctx: leaseq.JobContext, payload: Any) -> None:
+        ctx.gather([ctx.spawn("waits_forever")], poll=30)
+
+    @app.task(name="top")
+    def top(ctx: leaseq.JobContext, payload: Any) -> None:
+        ctx.gather(ctx.spawn_many([("waits_forever", None), ("middle", None)]), poll=30)
+
+    top_id, bystander = client.enqueue("top"), client.enqueue("waits_forever")
+    worker = leaseq.Worker(app, _config(drain=False))
+    run = asyncio.create_task(worker.run())
+    every = "SELECT task, status::text FROM {s}.jobs WHERE id <> %s ORDER BY id"
+    for _ in range(400):
+        found = rows(dsn, every, schema, bystander)
+        if len(found) == 4 and {s for _, s in found} == {"suspended"}:
+            break
+        await asyncio.sleep(0.05)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        q = sql.SQL("SELECT {}.cancel(%s, 'ops', 'not needed')").format(sql.Identifier(schema))
+        assert conn.execute(q, (top_id,)).fetchone() == (True,)
+    worker.stop()
+    await asyncio.wait_for(run, 30)
+    assert rows(dsn, every, schema, bystander) == [
+        ("top", "cancelled"),
+        ("waits_forever", "cancelled"),
+        ("middle", "cancelled"),
+        ("waits_forever", "cancelled"),
+    ], "the job, its children and theirs, in one call"
+    assert _status(client, bystander) is JobStatus.SUSPENDED, "no other job touched"
+    actors = rows(
+        dsn, "SELECT DISTINCT actor, detail FROM {s}.job_events WHERE event = 'cancelled'", schema
+    )
+    assert actors == [("ops", "not needed")]
