@@ -28,7 +28,7 @@ from psycopg import sql
 import leaseq
 from bench.db import connect, fresh_schema, settle
 from bench.harness import resolve_bench_dsn
-from leaseq.ops.web_async import THROUGHPUT_WINDOW
+from leaseq.ops.web_async import SUGGEST_WINDOW, THROUGHPUT_WINDOW
 from leaseq.params import job_filter
 
 #: %s = how many rows. 10 ms apart, so the newest ~360,000 were created in the last hour.
@@ -152,6 +152,8 @@ def default_reads(job_id: int) -> list[tuple[str, dict[str, Any] | None]]:
         ("web_task_stats", {"window": THROUGHPUT_WINDOW, "seconds": 86400.0}),
         ("web_dead_groups", {"queue": None}),
         ("web_state_estimates", None),
+        ("web_task_names", {"window": SUGGEST_WINDOW}),
+        ("web_error_codes", {"window": SUGGEST_WINDOW}),
         ("job_dependencies", one),
         ("job_dependents", {**one, "limit": 100}),
         ("job_batch", one),

@@ -87,6 +87,9 @@ class DeadGroup(NamedTuple):
 #: How many of the newest jobs the throughput sparkline looks at (a primary-key range).
 THROUGHPUT_WINDOW = 100_000
 
+#: How many of the newest jobs the task and error code suggestions come from.
+SUGGEST_WINDOW = 20_000
+
 
 class AsyncWebOps(AsyncClientBase):
     #: Milliseconds a dashboard statement may run before the server cancels it.
@@ -280,6 +283,15 @@ class AsyncWebOps(AsyncClientBase):
         """Dead jobs grouped by error code, the biggest groups first (at most 100)."""
         (rows,) = await self._web_rows([("web_dead_groups", {"queue": queue})])
         return [DeadGroup(r[0], int(r[1]), r[2], r[3], int(r[4])) for r in rows]
+
+    async def web_suggestions(self, *, window: int = SUGGEST_WINDOW) -> tuple[list[str], list[str]]:
+        """The task names and error codes among the newest ``window`` jobs (at most 200
+        of each, sorted): the filters' autocomplete."""
+        params = {"window": validate.check_int("window", window, 1, 1_000_000)}
+        tasks, codes = await self._web_rows(
+            [("web_task_names", params), ("web_error_codes", params)]
+        )
+        return [str(r[0]) for r in tasks], [str(r[0]) for r in codes]
 
     async def web_state_estimates(self) -> dict[str, int]:
         """The planner's estimate of how many jobs are in each state (history included)."""

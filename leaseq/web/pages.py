@@ -131,16 +131,26 @@ class Pages:
         )
         next_before = jobs[-1].job_id if len(jobs) == PAGE_SIZE else None
         counts, queues = await self._state_counts()
+        tasks, codes = await self._suggestions(request)
         context = {
             "jobs": jobs,
             "filters": shown,
             "next_before": next_before,
             "counts": counts,
             "queues": queues,
+            "tasks": tasks,
+            "error_codes": codes,
             "bulk_actions": forms.BULK_ACTIONS,
             "error": error,
         }
         return self.web.render(request, "jobs.html", context, status)
+
+    async def _suggestions(self, request: Request) -> tuple[list[str], list[str]]:
+        """The task and error code filters' suggestions (the newest jobs' values); none
+        for a live refresh (live.js), which replaces only the counts and the table."""
+        if request.headers.get("x-leaseq-live") == "1":
+            return [], []
+        return await self.web.client.web_suggestions()
 
     async def _state_counts(self) -> tuple[list[tuple[str, int, bool]], list[str]]:
         """(state, jobs, exact) for the job list's tabs: the live states counted from the
@@ -229,8 +239,11 @@ class Pages:
         jobs, count = await self.web.client.web_dead(
             limit=PAGE_SIZE, cap=10_000, before=before, **filters
         )
+        tasks, codes = await self._suggestions(request)
         context = {
             "jobs": jobs,
+            "tasks": tasks,
+            "error_codes": codes,
             "next_before": jobs[-1].job_id if len(jobs) == PAGE_SIZE else None,
             "paged": before is not None,
             "count": count,

@@ -1,6 +1,7 @@
 """The dashboard in a real browser: `leaseq web` (uvicorn, basic auth) on a free loopback
 port, Debian's headless chromium driven by Playwright. Load the overview (its live refresh
-polls under the strict CSP), filter the job list, open a dead job, replay it with a reason,
+polls under the strict CSP), filter the job list (its live refresh held while a row is
+selected; its filters' suggestions), open a dead job, replay it with a reason,
 see it pending. No page may log a console error (a CSP violation is one).
 
 Screenshots go to the test's temporary directory; with LEASEQ_WEB_SCREENSHOTS=DIR set they
@@ -215,6 +216,32 @@ def test_overview_filter_open_dead_job_replay_it(
         page.fill("form#bulk input[name=reason]", "duplicates")
         page.click("form#bulk button")
         expect(page.locator(".flash.ok")).to_contain_text("cancelled 2 of 2 selected jobs")
+
+        # The job list: its task and error code filters suggest values, and it refreshes
+        # live from its own URL (filters kept), held while a row is selected (it says so).
+        page.goto(server + "/jobs?state=pending&queue=media")
+        expect(page.locator("#task-names option[value=resize]")).to_have_count(1)
+        expect(page.locator("#error-codes option[value=CARD_DECLINED]")).to_have_count(1)
+        refreshes: list[str] = []
+        page.on(
+            "request", lambda r: refreshes.append(r.url) if "x-leaseq-live" in r.headers else None
+        )
+        boxes = page.locator("#live input[name=ids]")
+        expect(boxes).to_have_count(3)
+        boxes.nth(0).check()
+        expect(page.locator(".live-held")).to_have_text("Live updates held: 1 selected")
+        fresh = int(client.enqueue("resize", {"image": 99}, queue="media", delay=600))
+        page.clock.fast_forward(11_000)
+        page.wait_for_timeout(300)
+        assert refreshes == []
+        expect(boxes.nth(0)).to_be_checked()
+        boxes.nth(0).uncheck()
+        expect(page.locator(".live-held")).to_be_hidden()
+        with page.expect_request(lambda r: "x-leaseq-live" in r.headers, timeout=15_000) as seen:
+            page.clock.fast_forward(5_000)
+        assert "state=pending&queue=media" in seen.value.url
+        expect(page.locator(f"#live a[href='/jobs/{fresh}']")).to_have_count(1)
+        expect(page.locator("#live input[name=ids]")).to_have_count(4)
 
         # Live updates: the overview polls; paused (the header's button) or with the tab
         # hidden it does not.

@@ -141,3 +141,24 @@ JOIN pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = c.relname
                   AND s.attname = 'status'
 CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS m(v, f)
 WHERE c.oid = '{schema}.jobs'::regclass;
+
+-- name: web_task_names
+-- The task filter's suggestions: the distinct task names among the newest %(window)s jobs
+-- (the primary key walked backwards and stopped at the window). No index leads with task,
+-- so a DISTINCT over all history would scan the table; a task not run recently is not
+-- suggested (typing it still filters).
+SELECT DISTINCT task
+FROM (SELECT task FROM {schema}.jobs ORDER BY id DESC LIMIT %(window)s) AS recent
+ORDER BY task
+LIMIT 200;
+
+-- name: web_error_codes
+-- The error code filter's suggestions, from the same bounded window as web_task_names
+-- (no index leads with last_error_code either).
+SELECT DISTINCT last_error_code
+FROM (
+  SELECT last_error_code FROM {schema}.jobs ORDER BY id DESC LIMIT %(window)s
+) AS recent
+WHERE last_error_code IS NOT NULL
+ORDER BY last_error_code
+LIMIT 200;
