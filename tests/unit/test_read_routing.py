@@ -38,6 +38,7 @@ REPLICA_READS = {
     "web_tasks",
     "web_dead_groups",
     "web_state_estimates",
+    "web_suggestions",
     "get_job",
     "job_events",
     "unique_key_holder",
