@@ -60,6 +60,12 @@ def _count(dsn: str, where: str) -> int:
     return int(n)
 
 
+def _called(work: pathlib.Path, step: str, ids: list[int]) -> bool:
+    """Some job of ``ids`` has started ``step`` (the calls file's lines: step, job, token)."""
+    lines = (work / "calls").read_text().split("\n")
+    return any(f"{step} {job_id} " in line + " " for line in lines for job_id in ids)
+
+
 def _signal_all(dsn: str, ids: list[int]) -> None:
     client = leaseq.Client(dsn, schema=SCHEMA)  # a fresh pool: the old one's sessions died
     try:
@@ -89,9 +95,12 @@ def test_durable_jobs_through_a_fast_and_an_immediate_restart(
         own_server.stop()
         time.sleep(0.5)
         own_server.ensure_running()
-        # Half the signals are sent while their jobs may not wait yet (buffered), then the
-        # immediate shutdown cuts whatever runs; the other half after it.
+        # Half the signals are sent once some job is past its sleep (the others may not
+        # wait yet: buffered); the immediate shutdown lands once a signalled job is in its
+        # last step (its transaction held open); the other half of the signals after it.
+        wait_for(lambda: _called(work, "two", ids), 60, "a job past its sleep")
         _signal_all(dsn, ids[: JOBS // 2])
+        wait_for(lambda: _called(work, "three", ids[: JOBS // 2]), 60, "a signalled job's step")
         _immediate_stop(own_server)
         time.sleep(0.5)
         own_server.ensure_running()
