@@ -70,10 +70,13 @@ def test_every_worker_metric_moves_with_its_transition(
         # five successes; one job failing three times (unknown class): 2 retries, then dead
         client.enqueue_many([{"task": "noop"}] * 5)
         client.enqueue("always_fails", max_attempts=3)
-        # a lease lost under a running handler
+        # a lease lost under a running handler. Its thread sleeps in one C call, which the
+        # soft stop cannot interrupt, and the worker's exit waits for it (docs/worker.md,
+        # "Stopping a sync handler"): 8 s outlasts the scenario, and ends well inside the
+        # exit's wait below.
         marker = tmp_path / "started"
         slow = client.enqueue(
-            "touch_then_sleep", {"marker": str(marker), "seconds": 30, "sleep_token": 1}
+            "touch_then_sleep", {"marker": str(marker), "seconds": 8, "sleep_token": 1}
         )
         wait_for(marker.exists, 30, "the slow job to start")
         expire_lease(dsn, schema, slow)

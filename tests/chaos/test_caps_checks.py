@@ -82,8 +82,13 @@ def test_over_a_limit_unslotted_and_orphan_slots(
     ctx: CapContext, conn: Any, client: leaseq.Client
 ) -> None:
     client.set_limit(TASK_LIMIT[0], concurrency=TASK_LIMIT[1])
+    # A job claimed before the limit's row was written holds no slot, rightly: not counted.
+    _job(conn, ctx, "running", task="chaos.cap.limited", started_at="-infinity")
+    assert Limits().sample(ctx, conn) == []
+    # Claimed well after it: held to it.
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=10)
     for _ in range(TASK_LIMIT[1] + 1):
-        _job(conn, ctx, "running", task="chaos.cap.limited")
+        _job(conn, ctx, "running", task="chaos.cap.limited", started_at=later)
     done = _job(conn, ctx, "succeeded", task="chaos.cap.limited")
     conn.execute(
         sql.SQL("INSERT INTO {} VALUES (%s, 1, %s, 1)").format(ctx.table("limit_slots")),

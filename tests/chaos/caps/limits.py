@@ -7,9 +7,10 @@ no task or key limit exists at all.
 Sampled (one snapshot each): never more running under a fixed limit than its
 concurrency; every running job under a fixed task or key limit holds a slot row of its
 lease, and under the queue limit a queue slot; every slot row belongs to a running lease
-(same job, same token). The first two are held to a task or key limit only once it has been
-set for SETTLE seconds since its last gap. End: no slot row and no queue slot left held,
-nothing lost."""
+(same job, same token). The first two hold a job to a task or key limit only when its
+lease was claimed, on the database's clock, at least CLAIM_MARGIN after the limit's row
+was written: a job claimed in a gap takes no slot and is not counted, however long it
+runs. End: no slot row and no queue slot left held, nothing lost."""
 
 from __future__ import annotations
 
@@ -41,7 +42,9 @@ WORK = (0.05, 0.25)
 #: rows, and one that meets a limit created meanwhile must still give its rows back).
 GAP_EVERY = (7.0, 14.0)
 GAP_LENGTH = (0.5, 2.5)
-SETTLE = 5.0  # seconds after a gap before the fixed limits' running counts are held to them
+#: A claim that started this long after a limit's row was written saw the row (its
+#: statement's snapshot came after the row's commit): the set_limit transaction is short.
+CLAIM_MARGIN = 1.0
 LOAD = 0.3  # of what the limit lets through over the window, so the backlog stays short
 
 
@@ -81,8 +84,8 @@ class Limits(Capability):
     def __init__(self) -> None:
         super().__init__()
         #: Since when (monotonic) the fixed task and key limits have been set without a gap;
-        #: None during a gap. Their running counts are held to them only once SETTLE has
-        #: passed: jobs claimed in a gap hold no slot (docs/limits.md, "A new limit").
+        #: None during a gap (the producer's schedule of gaps; the sampled checks judge
+        #: each job by its claim time against the limit's row, on the database's clock).
         self.since: float | None = -math.inf  # set in setup, before any claim
 
     def _gap(self, client: Any, open_: bool) -> None:
@@ -135,27 +138,36 @@ class Limits(Capability):
             client.close()
 
     def sample(self, ctx: CapContext, conn: psycopg.Connection[Any]) -> list[str]:
-        j, s = ctx.table("jobs"), ctx.table("limit_slots")
+        # A job is held to a task or key limit only if its lease was claimed while the
+        # limit's row existed: claimed at least CLAIM_MARGIN after the row was written, on
+        # the database's clock (a claim whose snapshot predates the row's commit rightly
+        # takes no slot; docs/limits.md, "A new limit"). Such jobs must hold a slot row of
+        # their lease, and never more of them run than the limit. A job claimed in a gap
+        # runs on without a slot however long it takes, and is not counted.
+        j, s, lim_t = ctx.table("jobs"), ctx.table("limit_slots"), ctx.table("limits")
         q = sql.SQL(
-            "SELECT CASE WHEN j.queue_name = %(queue)s THEN 'queue:' || j.queue_name"
+            "SELECT x.lim, count(*) FILTER (WHERE x.held),"
+            " count(*) FILTER (WHERE x.held AND x.unslotted) FROM ("
+            " SELECT CASE WHEN j.queue_name = %(queue)s THEN 'queue:' || j.queue_name"
             "  WHEN j.task = 'chaos.cap.limited' THEN 'task:' || j.task"
             "  ELSE 'key:' || j.limit_key END AS lim,"
-            " count(*), count(*) FILTER (WHERE j.queue_name = %(queue)s AND j.queue_slot IS NULL"
+            " (j.queue_name = %(queue)s AND j.queue_slot IS NULL"
             "  OR j.queue_name <> %(queue)s AND NOT EXISTS (SELECT 1 FROM {s} AS s"
             "   WHERE s.job_id = j.id AND s.lease_token = j.lease_token"
             "   AND s.limit_name = CASE WHEN j.task = 'chaos.cap.limited' THEN 'task:' || j.task"
-            "                      ELSE 'key:' || j.limit_key END))"
+            "                      ELSE 'key:' || j.limit_key END)) AS unslotted,"
+            " (j.queue_name = %(queue)s OR EXISTS (SELECT 1 FROM {l} AS l"
+            "   WHERE l.name = CASE WHEN j.task = 'chaos.cap.limited' THEN 'task:' || j.task"
+            "                  ELSE %(family)s END"
+            "   AND j.started_at >= l.updated_at + %(margin)s * interval '1 second')) AS held"
             " FROM {j} AS j WHERE j.status = 'running' AND (j.queue_name = %(queue)s"
-            "  OR j.task = 'chaos.cap.limited' OR j.limit_key LIKE 'chaos-tenant:%%')"
+            "  OR j.task = 'chaos.cap.limited' OR j.limit_key LIKE 'chaos-tenant:%%')) AS x"
             " GROUP BY 1"
-        ).format(s=s, j=j)
+        ).format(s=s, j=j, l=lim_t)
         caps = {TASK_LIMIT[0]: TASK_LIMIT[1], QUEUE_LIMIT[0]: QUEUE_LIMIT[1]}
         bad = []
-        since = self.since
-        settled = since is not None and time.monotonic() - since >= SETTLE
-        for lim, running, unslotted in conn.execute(q, {"queue": CAP_QUEUE}):
-            if lim != QUEUE_LIMIT[0] and not settled:
-                continue
+        params = {"queue": CAP_QUEUE, "family": KEY_FAMILY[0], "margin": CLAIM_MARGIN}
+        for lim, running, unslotted in conn.execute(q, params):
             cap = caps.get(lim, KEY_FAMILY[1])
             key = f"max_running[{lim}]"
             self.counts[key] = max(self.counts[key], running)
