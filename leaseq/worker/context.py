@@ -86,7 +86,7 @@ class JobContext:
         "_deadline",
         "_last_progress",
         "_services",
-        "_steps",
+        "_step_book",
         "_suspended",
         "lease",
         "progress_note",
@@ -104,9 +104,16 @@ class JobContext:
         # Written once by the event loop, read by the handler's thread: a plain attribute
         # is enough (one reference assignment), and costs nothing per job.
         self._abort: str | None = None
-        self._steps = StepBook()
+        self._step_book: StepBook | None = None  # made on first use: most jobs have no steps
         self._deadline: Callable[[], float] | None = None
         self._suspended = False
+
+    @property
+    def _steps(self) -> StepBook:
+        book = self._step_book
+        if book is None:
+            book = self._step_book = StepBook()
+        return book
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job_id} token={self.fencing_token} attempt={self.attempt}>"

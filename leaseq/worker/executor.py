@@ -21,6 +21,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -93,7 +94,10 @@ class Executor:
         services = None if task is None else self._services_for(task)
         ctx = JobContext(lease, self.config.worker_id, services)
         running = Running(lease, ctx, task, deadline)
-        ctx.watch_deadline(lambda: running.deadline)
+        # Through a weak reference: a closure over `running` (which holds ctx) would make a
+        # reference cycle per job, left to the cyclic GC (measured: +6 us CPU per job).
+        ref = weakref.ref(running)
+        ctx.watch_deadline(lambda: r.deadline if (r := ref()) is not None else 0.0)
         if task is not None and not task.is_async:
             running.gate = StopGate()
         self.inflight.add(running)

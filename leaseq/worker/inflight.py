@@ -88,7 +88,7 @@ class Cancellable(Protocol):
     def cancel(self) -> bool: ...
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class Running:
     lease: Lease
     ctx: JobContext
