@@ -2,12 +2,14 @@
 
 ``noop`` does nothing, so the drains measure the queue's own cost per job; ``noop_sync`` is
 the same as a plain ``def`` handler, which the worker runs on its pool threads (what most
-Python code is: Django, requests, SDKs). ``stamp`` is
+Python code is: Django, requests, SDKs). ``io_wait`` awaits 10 ms (``asyncio.sleep``): an
+I/O-bound handler, the ``workload-io`` scenario's. ``stamp`` is
 the wake-latency probe: it records the wall-clock time at which its handler started.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from typing import Any
@@ -22,6 +24,14 @@ _signal_socket: socket.socket | None = None
 @app.task(name="noop")
 async def noop(ctx: leaseq.JobContext, payload: Any) -> None:
     pass
+
+
+IO_SECONDS = 0.010  # what io_wait awaits
+
+
+@app.task(name="io_wait")
+async def io_wait(ctx: leaseq.JobContext, payload: Any) -> None:
+    await asyncio.sleep(IO_SECONDS)
 
 
 @app.task(name="noop_sync")

@@ -14,6 +14,7 @@ from typing import Any
 from bench import summary
 from bench.harness import DEFAULT_BACKLOGS, Ratio, Scenario, Series, Settings, ran
 from bench.scenarios import (
+    backlog,
     claim_backlog,
     claim_prune,
     drain,
@@ -27,6 +28,7 @@ from bench.scenarios import (
     schedules,
     sweep,
     wake,
+    workloads,
 )
 
 
@@ -53,6 +55,9 @@ def build_scenarios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Scenari
                 wake.SCENARIO,
                 schedules.SCENARIO,
                 *scale.SCENARIOS,
+                # The realistic workloads (issue 35): --only 'workload-*'.
+                *workloads.SCENARIOS,
+                backlog.scenario(max(backlogs)),
             )
         ),
     )
@@ -72,6 +77,8 @@ def build_ratios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Ratio, ...
         *claim_backlog.ratios(backlogs),
         *wake.RATIOS,
         *schedules.RATIOS,
+        *workloads.RATIOS,
+        *backlog.RATIOS,
     )
 
 

@@ -18,6 +18,7 @@ from psycopg import sql
 
 import leaseq
 from bench.harness import QUEUE, TASK, BenchError
+from bench.minimal import pad_text
 from leaseq.params import text_array
 
 PREP_CHUNK = 5000  # untimed enqueue_many chunks that fill the queue before a drain
@@ -130,13 +131,21 @@ def fill_queue(
     jobs: int,
     task: str = TASK,
     queues: Sequence[str] = (QUEUE,),
+    pad: int = 0,
 ) -> None:
-    """Untimed: ``jobs`` pending no-op jobs (spread round-robin over ``queues``), then
-    VACUUM ANALYZE so every drain starts alike."""
-    for start in range(0, jobs, PREP_CHUNK):
-        count = min(PREP_CHUNK, jobs - start)
+    """Untimed: ``jobs`` pending no-op jobs (spread round-robin over ``queues``; with
+    ``pad``, each payload carries that many incompressible characters more), then VACUUM
+    ANALYZE so every drain starts alike."""
+    filler = pad_text(pad) if pad else None
+    chunk = PREP_CHUNK if pad < 10_000 else 100  # a chunk of 100 KB payloads stays small
+    for start in range(0, jobs, chunk):
+        count = min(chunk, jobs - start)
         client.enqueue_many(
-            leaseq.JobSpec(task, {"n": n}, queue=queues[n % len(queues)])
+            leaseq.JobSpec(
+                task,
+                {"n": n} if filler is None else {"n": n, "pad": filler},
+                queue=queues[n % len(queues)],
+            )
             for n in range(start, start + count)
         )
     with connect(dsn) as conn:

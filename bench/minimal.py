@@ -2,9 +2,13 @@
 indexes, its claim (one CTE with ``FOR UPDATE SKIP LOCKED``) and its fenced completion,
 batched as ``UPDATE ... FROM unnest``. Nothing of leaseq's schema or statements is used.
 
-``python -P -m bench.minimal --schema S --batch B`` is one drain process: one autocommit
-connection claiming ``LIMIT B`` and completing what it claimed, until a claim returns
-nothing. It prints one JSON line, ``{"processed": N, "first_claim": T}``, T the database's
+``python -P -m bench.minimal --schema S --batch B [--queues Q] [--payload]`` is one drain
+process: one autocommit connection claiming ``LIMIT B`` and completing what it claimed,
+until a claim returns nothing (with ``--queues Q``: from each of the queues ``q0``...``q{Q-1}``
+in turn, until every one came back empty). ``--payload`` makes the claim return each job's
+payload too, decoded as a worker would need it (the realistic workloads' payload drains);
+without it the claim returns the id and token only, the least a fenced completion needs.
+It prints one JSON line, ``{"processed": N, "first_claim": T}``, T the database's
 clock (epoch seconds) just before its first claim; the scenario takes the last
 ``finished_at`` from the table, so the drain is timed on the database's clock from the
 first claim to the last completion, as leaseq's drains are (bench.db.drain_span).
@@ -17,8 +21,10 @@ untimed before every sample.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
+import random
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -66,7 +72,7 @@ SET status = 'running', attempt_count = attempt_count + 1, lease_owner = %(owner
     lease_token = lease_token + 1, lease_expires_at = now() + interval '60 seconds'
 FROM candidate
 WHERE j.id = candidate.id
-RETURNING j.id, j.lease_token
+RETURNING j.id, j.lease_token{returning}
 """
 
 # The seed's fenced completion, for a batch: every row still ours (owner and token) and
@@ -81,41 +87,73 @@ WHERE j.id = u.id AND j.status = 'running' AND j.lease_owner = %(owner)s
 
 QUEUE = "default"
 
+# Untimed refill of the backlog scenario: N more pending no-op jobs in the one queue.
+REFILL = """
+INSERT INTO {schema}.jobs (queue_name, payload)
+SELECT 'default', jsonb_build_object('n', g) FROM generate_series(1, %s::int) AS g
+"""
 
-def _text(template: str, schema: str) -> str:
-    return template.replace("{schema}", sql.Identifier(schema).as_string(None))
+
+def _text(template: str, schema: str, payload: bool = False) -> str:
+    text = template.replace("{returning}", ", j.payload" if payload else "")
+    return text.replace("{schema}", sql.Identifier(schema).as_string(None))
+
+
+def queue_names(queues: int) -> list[str]:
+    """The queues of a several-queue drain: ``default`` alone, else ``q0``...``q{Q-1}``."""
+    return [QUEUE] if queues <= 1 else [f"q{i}" for i in range(queues)]
+
+
+def pad_text(size: int) -> str:
+    """``size`` characters of incompressible text (random base64, the same every call): a
+    payload of that size is stored at its size, not squeezed by TOAST's compression."""
+    return base64.b64encode(random.Random(size).randbytes(size))[:size].decode()
 
 
 def create(conn: psycopg.Connection[Any], schema: str) -> None:
     conn.execute(_text(DDL, schema))
 
 
-def load(conn: psycopg.Connection[Any], schema: str, jobs: int) -> None:
-    """Untimed: N pending no-op jobs by COPY, then VACUUM ANALYZE (as every drain starts)."""
+def load(
+    conn: psycopg.Connection[Any], schema: str, jobs: int, *, pad: int = 0, queues: int = 1
+) -> None:
+    """Untimed: N pending no-op jobs by COPY (round-robin over ``queue_names(queues)``, each
+    payload padded by ``pad`` characters), then VACUUM ANALYZE (as every drain starts)."""
     copy = _text("COPY {schema}.jobs (queue_name, payload) FROM STDIN", schema)
+    names, filler = queue_names(queues), pad_text(pad) if pad else None
     with conn.cursor() as cur, cur.copy(copy) as out:
         for n in range(jobs):
-            out.write_row((QUEUE, json.dumps({"n": n})))
+            body: dict[str, Any] = {"n": n} if filler is None else {"n": n, "pad": filler}
+            out.write_row((names[n % len(names)], json.dumps(body)))
     conn.execute(_text("VACUUM (ANALYZE) {schema}.jobs", schema))
 
 
-def drain(dsn: str, schema: str, batch: int) -> tuple[int, float]:
-    claim, complete = _text(CLAIM, schema), _text(COMPLETE, schema)
+def drain(
+    dsn: str, schema: str, batch: int, *, queues: int = 1, payload: bool = False
+) -> tuple[int, float]:
+    claim, complete = _text(CLAIM, schema, payload), _text(COMPLETE, schema)
     owner = f"bench-minimal:{os.getpid()}"
-    params: dict[str, Any] = {"queue": QUEUE, "owner": owner, "limit": batch}
+    active = queue_names(queues)
+    params: dict[str, Any] = {"queue": active[0], "owner": owner, "limit": batch}
     done = 0
     with psycopg.connect(dsn, autocommit=True, application_name="leaseq-bench") as conn:
         conn.execute("SET jit = off")  # as the raw drain and the worker's pool run
         row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
         assert row is not None
         first_claim = float(row[0])
-        while rows := conn.execute(claim, params).fetchall():
-            fence = {  # array literals, as the raw drain sends them
-                "ids": "{" + ",".join(str(r[0]) for r in rows) + "}",
-                "tokens": "{" + ",".join(str(r[1]) for r in rows) + "}",
-                "owner": owner,
-            }
-            done += conn.execute(complete, fence).rowcount
+        while active:
+            for queue in list(active):
+                params["queue"] = queue
+                rows = conn.execute(claim, params).fetchall()
+                if not rows:
+                    active.remove(queue)
+                    continue
+                fence = {  # array literals, as the raw drain sends them
+                    "ids": "{" + ",".join(str(r[0]) for r in rows) + "}",
+                    "tokens": "{" + ",".join(str(r[1]) for r in rows) + "}",
+                    "owner": owner,
+                }
+                done += conn.execute(complete, fence).rowcount
     return done, first_claim
 
 
@@ -123,12 +161,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.minimal")
     p.add_argument("--schema", required=True)
     p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--queues", type=int, default=1)
+    p.add_argument("--payload", action="store_true")
     args = p.parse_args(argv)
     dsn = os.environ.get("LEASEQ_DSN", "").strip()
     if not dsn:
         print("python -m bench.minimal: LEASEQ_DSN is not set", file=sys.stderr)
         return 2
-    done, first_claim = drain(dsn, args.schema, args.batch)
+    done, first_claim = drain(
+        dsn, args.schema, args.batch, queues=args.queues, payload=args.payload
+    )
     print(json.dumps({"processed": done, "first_claim": first_claim}), flush=True)
     return 0
 

@@ -61,32 +61,46 @@ def _last_finished(dsn: str, schema: str) -> float:
     return float(row[0])
 
 
+def minimal_drain(
+    settings: Settings,
+    jobs: int,
+    processes: int,
+    batch: int,
+    *,
+    queues: int = 1,
+    pad: int = 0,
+    payload: bool = False,
+) -> tuple[Sample, Sample]:
+    """One drain of the seed's table, filled untimed with ``jobs`` jobs (over ``queues``
+    queues, payloads padded by ``pad``), by ``processes`` ``bench.minimal`` processes at
+    ``batch``: (start-up excluded, process wall). Checks that every job succeeded once."""
+    schema = new_schema_name(NAME)
+    try:
+        with connect(settings.dsn) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+            minimal.create(conn, schema)
+            minimal.load(conn, schema, jobs, pad=pad, queues=queues)
+        command = [sys.executable, "-P", "-m", "bench.minimal"]
+        command += ["--schema", schema, "--batch", str(batch), "--queues", str(queues)]
+        command += ["--payload"] if payload else []
+        wall, outputs = run_processes([command] * processes, worker_env(settings.dsn, schema))
+        lines = [json.loads(o.splitlines()[-1]) for o in outputs]
+        processed = sum(int(line["processed"]) for line in lines)
+        if processed != jobs:
+            raise BenchError(f"minimal drain processed {processed} of {jobs}")
+        db = _last_finished(settings.dsn, schema) - min(float(x["first_claim"]) for x in lines)
+    finally:
+        drop_schema(settings.dsn, schema)
+    return Sample(processed, db), Sample(processed, wall)
+
+
 def drain_minimal(settings: Settings) -> dict[str, Sample]:
     samples: dict[str, Sample] = {}
     for batch in RAW_BATCHES:
         for processes in RAW_PROCESSES:
-            schema = new_schema_name(NAME)
-            try:
-                with connect(settings.dsn) as conn:
-                    conn.execute(f'CREATE SCHEMA "{schema}"')
-                    minimal.create(conn, schema)
-                    minimal.load(conn, schema, settings.jobs)
-                command = [sys.executable, "-P", "-m", "bench.minimal"]
-                command += ["--schema", schema, "--batch", str(batch)]
-                wall, outputs = run_processes(
-                    [command] * processes, worker_env(settings.dsn, schema)
-                )
-                lines = [json.loads(o.splitlines()[-1]) for o in outputs]
-                processed = sum(int(line["processed"]) for line in lines)
-                if processed != settings.jobs:
-                    raise BenchError(f"minimal drain processed {processed} of {settings.jobs}")
-                db = _last_finished(settings.dsn, schema) - min(
-                    float(x["first_claim"]) for x in lines
-                )
-            finally:
-                drop_schema(settings.dsn, schema)
-            samples[key(processes, batch, "db")] = Sample(processed, db)
-            samples[key(processes, batch, "wall")] = Sample(processed, wall)
+            db, wall = minimal_drain(settings, settings.jobs, processes, batch)
+            samples[key(processes, batch, "db")] = db
+            samples[key(processes, batch, "wall")] = wall
     return samples
 
 

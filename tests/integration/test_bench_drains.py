@@ -7,12 +7,15 @@ clock query, the raw processes' fan-out or the capabilities set-up and these fai
 
 from __future__ import annotations
 
+import dataclasses
+import pathlib
 import subprocess
+import sys
 
 import pytest
 
-from bench.harness import SYNC_TASK, Sample, Settings
-from bench.scenarios import drain, minimal, peer_drains, regression
+from bench.harness import REPO_ROOT, SYNC_TASK, Sample, Settings
+from bench.scenarios import backlog, drain, minimal, peer_drains, regression, workloads
 from tests.support.requires import find_tool, missing
 
 pytestmark = pytest.mark.slow
@@ -85,3 +88,43 @@ def test_graphile_worker_batched_drain_runs_every_job_once_on_both_clocks(dsn: s
         )
     samples = graphile.drain_graphile(settings(dsn), "batched", 2)
     assert_two_clocks(samples, "drain-graphile-batched-2p")
+
+
+@pytest.mark.parametrize("name", [*(s.name for s in workloads.SCENARIOS), backlog.NAME])
+def test_realistic_workload_runs_at_tiny_size_and_reports_every_figure(dsn: str, name: str) -> None:
+    # Each realistic workload (I/O-bound handler, payloads, 100 queues, the backlog) does
+    # its work (each scenario checks every job succeeded once) and fills every metric it
+    # declares, each drain's database clock inside its process wall. No timing asserted.
+    small = dataclasses.replace(settings(dsn), backlogs=(500,), claims=20)
+    scenario = next(s for s in (*workloads.SCENARIOS, backlog.scenario(500)) if s.name == name)
+    samples = scenario.fn(small)
+    assert set(samples) == {m.key for m in scenario.metrics}
+    assert all(s.jobs > 0 and s.seconds > 0 for s in samples.values())
+    for prefix in {k.removesuffix("-db") for k in samples if k.endswith("-db")}:
+        db, wall = samples[f"{prefix}-db"], samples[f"{prefix}-wall"]
+        assert db.jobs == wall.jobs and db.seconds <= wall.seconds
+
+
+def test_regression_check_runs_as_a_smoke_test_and_prints_its_ratios(
+    dsn: str, tmp_path: pathlib.Path
+) -> None:
+    # The regression check of the plain drain (issue 35: "runs in CI as a smoke test that
+    # prints ratios and never fails on timing"): `python -m bench` at a tiny size, the raw
+    # limit, the plain drains and the drain beside capabilities in use elsewhere. It must
+    # run and print each plain drain against the stored reference as a ratio to the raw
+    # limit of the same run, and the capabilities' ratio; the verdict is printed, not judged.
+    only = "drain-raw,drain-leaseq,drain-leaseq-2p,drain-leaseq-sync-2p,drain-elsewhere"
+    command = [sys.executable, "-m", "bench", "--dsn", dsn, "--jobs", str(JOBS)]
+    command += ["--repeat", "1", "--only", only, "--out", str(tmp_path / "smoke.json")]
+    proc = subprocess.run(
+        command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    print(proc.stdout)  # the figures, for whoever reads the CI log
+    report = proc.stdout
+    assert "regression of the plain drain against the reference of" in report
+    for what in ("async 1p", "async 2p", "sync 2p"):
+        line = next(x for x in report.splitlines() if x.strip().startswith(f"{what}:"))
+        assert "x raw limit (reference" in line
+        assert "within budget" in line or "REGRESSED" in line
+    assert "drain with capabilities in use elsewhere / plain drain" in report
