@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 28
+-- schema version: 29
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -45,7 +45,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (25, 'sql_api_refresh'),
   (26, 'fairness'),
   (27, 'children'),
-  (28, 'sql_api_cancel_children');
+  (28, 'sql_api_cancel_children'),
+  (29, 'fair_wake');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -2440,7 +2441,9 @@ CREATE TABLE {schema}.fair_keys (
   parked_until timestamptz,
   park_step float8 NOT NULL DEFAULT 0,
   PRIMARY KEY (queue_name, fairness_key),
-  CONSTRAINT fair_keys_weight_positive CHECK (weight > 0 AND weight <= 1000000)
+  CONSTRAINT fair_keys_weight_positive CHECK (weight > 0 AND weight <= 1000000),
+  -- (version 29) The last enqueue, wake-up or claim of the key: prune_fair_keys' idle test.
+  active_at timestamptz NOT NULL DEFAULT now()
 );
 
 -- The keys in turn (not parked) by pass, and the parked ones by the end of their park.
@@ -2469,3 +2472,37 @@ CREATE TABLE {schema}.job_children (
   child_id bigint NOT NULL,
   PRIMARY KEY (parent_id, step, child_id)
 );
+
+-- A fair queue's key is woken by whatever makes one of its jobs claimable (version 29,
+-- docs/fairness.md): its row unparked and its gen bumped in that statement's transaction.
+CREATE FUNCTION {schema}.fair_key_ready()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+  IF NEW.fairness_key IS NULL THEN
+    UPDATE {schema}.fair_keys AS f
+    SET gen = f.gen + 1, parked_until = NULL, park_step = 0, active_at = now(),
+        pass = CASE WHEN f.park_step > 0 THEN NULL ELSE f.pass END
+    WHERE f.queue_name = NEW.queue_name AND f.fairness_key = ''
+      -- Once per transaction is enough (a later claim compares gen with its own read).
+      AND (f.parked_until IS NOT NULL OR f.xmin <> pg_current_xact_id()::xid);
+  ELSE
+    INSERT INTO {schema}.fair_keys AS f (queue_name, fairness_key)
+    VALUES (NEW.queue_name, NEW.fairness_key)
+    ON CONFLICT (queue_name, fairness_key) DO UPDATE
+    SET gen = f.gen + 1, parked_until = NULL, park_step = 0, active_at = now(),
+        pass = CASE WHEN f.park_step > 0 THEN NULL ELSE f.pass END
+    WHERE f.parked_until IS NOT NULL OR f.xmin <> pg_current_xact_id()::xid;
+  END IF;
+  RETURN NULL;
+END
+$fn$;
+
+CREATE TRIGGER jobs_fair_ready
+  AFTER UPDATE OF status, blocked, waiting ON {schema}.jobs
+  FOR EACH ROW
+  WHEN (NEW.status = 'pending' AND NOT NEW.blocked AND NOT NEW.waiting
+        AND (OLD.status <> 'pending' OR OLD.blocked OR OLD.waiting)
+        AND NOT (OLD.status::text = 'suspended' AND NEW.available_at = OLD.wake_at))
+  EXECUTE FUNCTION {schema}.fair_key_ready();

@@ -35,7 +35,11 @@ SELECT {_queue_is_fair};
 -- advances its pass by m / weight, and a key found with nothing claimable is parked (both
 -- single-row updates of rows locked SKIP LOCKED: a claim never waits on another; the gen
 -- test keeps a key an enqueue just touched from being parked).
--- Suspended jobs of the queue that are due are woken first (_wake_due), as in claim_jobs.
+-- Suspended jobs of the queue that are due are woken first (_wake_due), as in claim_jobs;
+-- their keys are not parked by this statement, and a parked one is unparked (rewake).
+-- A key parked with only scheduled jobs (a delay, a retry's backoff) is parked until the
+-- first of them at most. Every other way a job becomes claimable unparks its key through
+-- the jobs_fair_ready trigger (version 29), in that statement's transaction.
 WITH {_wake_due}, k0 AS MATERIALIZED (
   (SELECT f.fairness_key AS fkey, f.weight, f.pass, f.gen, f.park_step
    FROM {schema}.fair_keys AS f
@@ -109,7 +113,9 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
   -- Per key: how many of its jobs were claimed, and whether that was its last claimable
   -- one (every job found claimed, and no other behind them: one more index probe).
   SELECT h.fkey, count(cl.id) AS m,
-         count(cl.id) = count(*) AND h.fkey <> '' AND NOT EXISTS (
+         count(cl.id) = count(*) AND h.fkey <> ''
+         AND h.fkey NOT IN (SELECT coalesce(w.fairness_key, '') FROM woken AS w)
+         AND NOT EXISTS (
            SELECT 1 FROM {schema}.jobs AS c
            WHERE c.queue_name = %(queue)s AND c.fairness_key = h.fkey
              AND {_fair_claimable}
@@ -127,7 +133,8 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
   SET pass = greatest(coalesce(f.pass, kq.ep), kq.ep) + t.m / f.weight,
       parked_until = CASE WHEN t.drained AND f.gen = kq.gen
                           THEN now() + interval '0.05 seconds' END,
-      park_step = CASE WHEN t.drained AND f.gen = kq.gen THEN 0.05 ELSE 0 END
+      park_step = CASE WHEN t.drained AND f.gen = kq.gen THEN 0.05 ELSE 0 END,
+      active_at = now()
   FROM took AS t JOIN kq USING (fkey)
   WHERE f.queue_name = %(queue)s AND f.fairness_key = t.fkey
     AND f.fairness_key IN (SELECT x.fairness_key FROM {schema}.fair_keys AS x
@@ -135,17 +142,50 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
                              AND x.fairness_key IN (SELECT fkey FROM took)
                            FOR UPDATE SKIP LOCKED)
 ), parked AS (
+  -- Parked until its next scheduled job at the latest (the first of its first 100 pending
+  -- entries in claim order that is not due yet: exact within one priority).
   UPDATE {schema}.fair_keys AS f
   SET park_step = least(5, greatest(0.05, f.park_step * 2)),
-      parked_until = now() + make_interval(secs => least(5, greatest(0.05, f.park_step * 2)))
+      parked_until = least(
+        now() + make_interval(secs => least(5, greatest(0.05, f.park_step * 2))),
+        CASE WHEN kq.fkey = '' THEN
+          (SELECT min(s.available_at) FROM (
+             SELECT c.available_at FROM {schema}.jobs AS c
+             WHERE c.queue_name = %(queue)s AND c.fairness_key IS NULL
+               AND c.status = 'pending' AND NOT c.blocked AND NOT c.waiting
+             ORDER BY c.priority DESC, c.available_at, c.id LIMIT 100) AS s
+           WHERE s.available_at > now())
+        ELSE
+          (SELECT min(s.available_at) FROM (
+             SELECT c.available_at FROM {schema}.jobs AS c
+             WHERE c.queue_name = %(queue)s AND c.fairness_key = kq.fkey
+               AND c.status = 'pending' AND NOT c.blocked AND NOT c.waiting
+             ORDER BY c.priority DESC, c.available_at, c.id LIMIT 100) AS s
+           WHERE s.available_at > now())
+        END)
   FROM kq
   WHERE f.queue_name = %(queue)s AND f.fairness_key = kq.fkey AND f.gen = kq.gen
     AND NOT EXISTS (SELECT 1 FROM found WHERE found.fkey = kq.fkey)
+    AND kq.fkey NOT IN (SELECT coalesce(w.fairness_key, '') FROM woken AS w)
     AND f.fairness_key IN (SELECT x.fairness_key FROM {schema}.fair_keys AS x JOIN kq AS y
                              ON y.fkey = x.fairness_key AND y.gen = x.gen
                            WHERE x.queue_name = %(queue)s
                              AND NOT EXISTS (SELECT 1 FROM found WHERE found.fkey = y.fkey)
                            FOR UPDATE OF x SKIP LOCKED)
+), rewake AS (
+  -- The keys of the sleepers this statement woke, parked and not among its keys in turn:
+  -- unparked (as an enqueue would), SKIP LOCKED (a row another claim holds is left as it
+  -- is: that key is then found when its park ends).
+  UPDATE {schema}.fair_keys AS f
+  SET gen = f.gen + 1, parked_until = NULL, park_step = 0, active_at = now(),
+      pass = CASE WHEN f.park_step > 0 THEN NULL ELSE f.pass END
+  WHERE f.queue_name = %(queue)s
+    AND f.fairness_key IN (SELECT x.fairness_key FROM {schema}.fair_keys AS x
+                           WHERE x.queue_name = %(queue)s AND x.parked_until IS NOT NULL
+                             AND x.fairness_key IN (SELECT coalesce(w.fairness_key, '')
+                                                    FROM woken AS w)
+                             AND x.fairness_key NOT IN (SELECT fkey FROM kq)
+                           FOR UPDATE SKIP LOCKED)
 )
 SELECT * FROM claimed;
 
@@ -168,6 +208,7 @@ ON CONFLICT (queue_name, fairness_key) DO UPDATE
 SET gen = f.gen + 1,
     parked_until = NULL,
     park_step = 0,
+    active_at = now(),
     pass = CASE WHEN f.park_step > 0 THEN NULL ELSE f.pass END;
 
 -- name: set_fair_weight

@@ -47,11 +47,20 @@ RETURNING job_id;
 -- name: resume_scope
 -- No barrier: a claim that misses a resume by a moment only runs a little later. The
 -- NOTIFY wakes workers at once: a queue's own channel payload, or "*" (never a queue
--- name) for a task or key, which every listener takes as a wake-up.
+-- name) for a task or key, which every listener takes as a wake-up. The parked keys of
+-- fair queues the pause held (the queue's, or every queue's for a task or key) are
+-- unparked with their gen bumped, as an enqueue does (docs/fairness.md).
 WITH del AS (
   DELETE FROM {schema}.pauses
   WHERE scope = %(scope)s AND value = %(value)s
   RETURNING scope, value, paused_at
+), unparked AS (
+  UPDATE {schema}.fair_keys AS f
+  SET gen = f.gen + 1, parked_until = NULL, park_step = 0, active_at = now(),
+      pass = CASE WHEN f.park_step > 0 THEN NULL ELSE f.pass END
+  FROM del
+  WHERE f.parked_until IS NOT NULL
+    AND (del.scope <> 'queue' OR f.queue_name = del.value)
 ), audit AS (
   INSERT INTO {schema}.admin_events (actor, action, scope, value, reason, detail)
   SELECT %(actor)s, 'resume', scope, value, %(reason)s,

@@ -76,7 +76,7 @@ woken AS (
       LIMIT least(4 * %(limit)s + 32, 1000)
       FOR UPDATE SKIP LOCKED))
     AND w.status = 'suspended'
-  RETURNING w.id, w.lease_token, w.attempt_count,
+  RETURNING w.id, w.lease_token, w.attempt_count, w.fairness_key,
             pg_notify('leaseq.' || btrim('{schema}', '"'), w.queue_name)
 ), woken_trail AS (
   INSERT INTO {schema}.job_events (job_id, event, from_status, to_status, lease_token, attempt)
