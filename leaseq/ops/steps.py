@@ -66,6 +66,26 @@ class StepOps(PayloadOps):
         }
         return bool(self._rows("step_record", params, connection))
 
+    def step_records_batch(
+        self, records: list[tuple[Lease, str, int, str]]
+    ) -> set[tuple[int, int, str]]:
+        """Record finished steps of several jobs in one statement and one commit, each
+        under its own lease's fence: ``records`` are (lease, name, place, JSON text of the
+        result). Returns (job id, token, name) of each one recorded; a missing one was
+        refused (its lease ended, or a record of its name or place already committed)."""
+        params = {
+            "ids": [lease.job_id for lease, _, _, _ in records],
+            "owners": [lease.owner for lease, _, _, _ in records],
+            "tokens": [lease.token for lease, _, _, _ in records],
+            "attempts": [lease.attempt for lease, _, _, _ in records],
+            "names": [name for _, name, _, _ in records],
+            "seqs": [seq for _, _, seq, _ in records],
+            # Sealed as an effect record: a step is one, recorded by the worker itself.
+            "results": [self._seal_value(r[0].task, r[3], "effect") for r in records],
+        }
+        rows = self._rows("step_records_batch", params)
+        return {(int(job), int(token), str(name)) for job, token, name in rows}
+
     def _fence(self, lease: Lease) -> dict[str, Any]:
         return {"id": lease.job_id, "owner": lease.owner, "token": lease.token}
 

@@ -22,6 +22,7 @@ from leaseq.worker.effects import (
     run_effect,
     run_effect_async,
 )
+from leaseq.worker.recorder import StepRecorder
 from leaseq.worker.spawns import (
     ChildFailed,
     run_gather,
@@ -65,6 +66,8 @@ class JobServices:
     sync_client: Callable[[], Client] | None
     async_client: AsyncClient | None
     reconcilers: dict[str, Reconciler] = field(default_factory=dict)
+    #: The worker's group commit of step records (leaseq/worker/recorder.py), if any.
+    recorder: StepRecorder | None = None
 
 
 class JobContext:
@@ -203,8 +206,15 @@ class JobContext:
 
     def _step_site(self) -> StepSite:
         deadline = None if self._deadline is None else self._deadline()
+        recorder = None if self._services is None else self._services.recorder
         return StepSite(
-            self.lease, self._steps, self.abort, self._abort, deadline, self._mark_suspended
+            self.lease,
+            self._steps,
+            self.abort,
+            self._abort,
+            deadline,
+            self._mark_suspended,
+            recorder,
         )
 
     def _mark_suspended(self) -> None:

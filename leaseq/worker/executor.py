@@ -39,6 +39,7 @@ from leaseq.worker.config import WorkerConfig
 from leaseq.worker.context import JobContext, JobServices
 from leaseq.worker.inflight import InFlight, Running, abort_detail, job_fields, jobs_log
 from leaseq.worker.outage import TRANSIENT, Outage
+from leaseq.worker.recorder import StepRecorder
 from leaseq.worker.stops import StopGate
 from leaseq.worker.threads import HandlerThreads, Outcome, Slots, SyncJob
 
@@ -74,6 +75,8 @@ class Executor:
             pool_size=config.concurrency,
             application_name="leaseq-handler",
         )
+        # Records of steps without a transaction of their own, several jobs' in one write.
+        self._recorder = StepRecorder(self._handler_client, timeout=2 * config.op_timeout + 30)
         self._services: dict[str, JobServices] = {}  # one per task: they only depend on it
         self._slots = Slots(config.concurrency)
         # As many threads as slots: an abandoned sync handler keeps its thread until it
@@ -84,6 +87,7 @@ class Executor:
         self._side_tasks: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
+        await self._recorder.close()
         self._threads.close()
         await self._handler_client.close()
         if self._sync is not None:
@@ -230,7 +234,9 @@ class Executor:
                 sync_client=None if task.is_async else self._sync_client,
                 async_client=self._handler_client if task.is_async else None,
                 reconcilers=task.reconcile,
+                recorder=self._recorder,
             )
+            self._recorder.bind(asyncio.get_running_loop())
         return services
 
     def _sync_client(self) -> Client:

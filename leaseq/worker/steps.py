@@ -28,6 +28,7 @@ from leaseq.codes import ErrorCode
 from leaseq.errors import ConfigError, PayloadError, Permanent
 from leaseq.models import Lease, StepRecord
 from leaseq.worker.aborts import aborted, lease_lost
+from leaseq.worker.recorder import StepRecorder
 
 if TYPE_CHECKING:
     from leaseq.client import Client
@@ -125,11 +126,12 @@ def check_step_name(name: object) -> str:
     return validate.check_name("step", name)
 
 
-def _encoded(name: str, value: Any, limit: int) -> Any:
-    """The step's value as its record gives it back (JSON round trip: the first run and
-    every later one see the same value)."""
+def _encoded(name: str, value: Any, limit: int) -> tuple[str, Any]:
+    """The step's value as JSON text and as its record gives it back (JSON round trip: the
+    first run and every later one see the same value)."""
     try:
-        return json.loads(validate.encode_payload(value, limit))
+        text = validate.encode_payload(value, limit)
+        return text, json.loads(text)
     except PayloadError as exc:
         raise StepError(
             ErrorCode.STEP_RESULT_INVALID, f"step {name!r} returned what cannot be recorded: {exc}"
@@ -148,6 +150,9 @@ class StepSite:
     aborted: str | None
     deadline: float | None
     suspended: Callable[[], None] = lambda: None  # the job was suspended (a durable wait)
+    #: The worker's group commit of records (None outside a worker): a step without a
+    #: transaction of its own has its record written with other jobs' records.
+    recorder: StepRecorder | None = None
 
 
 def may_run(site: StepSite, name: str) -> None:
@@ -179,7 +184,7 @@ def run_step(site: StepSite, client: Client, name: str, fn: Callable[..., Any], 
     assert active is not None
     try:
         may_run(site, name)
-        value = _encoded(name, fn(*args), client.payload_limit)
+        text, value = _encoded(name, fn(*args), client.payload_limit)
     except BaseException as exc:
         book.failed(active)
         _release(active, exc)  # rolls back the step's transaction
@@ -187,8 +192,12 @@ def run_step(site: StepSite, client: Client, name: str, fn: Callable[..., Any], 
     book.active = None
     error: BaseException | None = None
     try:
-        conn = active.held[2] if active.held else None
-        if not client.step_record(site.lease, name, seq, value, connection=conn):
+        if active.held is None and site.recorder is not None:
+            recorded = site.recorder.record_from_thread(site.lease, name, seq, text)
+        else:
+            conn = active.held[2] if active.held else None
+            recorded = client.step_record(site.lease, name, seq, value, connection=conn)
+        if not recorded:
             error = _lost(site, name)
     except BaseException as exc:
         error = exc
@@ -215,7 +224,7 @@ async def run_step_async(
         value = fn(*args)
         if inspect.isawaitable(value):
             value = await value
-        value = _encoded(name, value, client.payload_limit)
+        text, value = _encoded(name, value, client.payload_limit)
     except BaseException as exc:
         book.failed(active)
         await _release_async(active, exc)
@@ -223,8 +232,12 @@ async def run_step_async(
     book.active = None
     error: BaseException | None = None
     try:
-        conn = active.held[2] if active.held else None
-        if not await client.step_record(site.lease, name, seq, value, connection=conn):
+        if active.held is None and site.recorder is not None:
+            recorded = await site.recorder.record(site.lease, name, seq, text)
+        else:
+            conn = active.held[2] if active.held else None
+            recorded = await client.step_record(site.lease, name, seq, value, connection=conn)
+        if not recorded:
             error = _lost(site, name)
     except BaseException as exc:
         error = exc

@@ -51,6 +51,36 @@ SELECT fence.id, %(name)s, %(seq)s, %(attempt)s, %(token)s, %(result)s::jsonb FR
 ON CONFLICT DO NOTHING
 RETURNING 1;
 
+-- name: step_records_batch
+-- The records of finished steps of several jobs running on one worker, in one statement and
+-- one commit (leaseq.worker.recorder: group commit; each step still returns only after its
+-- own record committed). Each row is fenced by its own lease exactly as step_record is, its
+-- job row held FOR SHARE until the commit, taken in id order so that two batches never wait
+-- on each other crosswise. Returns the rows recorded; a missing one was refused (its lease
+-- ended, or a record of its name or place already committed).
+WITH given AS (
+  SELECT *
+  FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
+              %(attempts)s::int[], %(names)s::text[], %(seqs)s::int[], %(results)s::text[])
+    AS g(id, owner, token, attempt, name, seq, result)
+), fence AS (
+  SELECT j.id, g.token
+  FROM {schema}.jobs AS j
+  JOIN given AS g ON g.id = j.id
+  WHERE j.status = 'running'
+    AND j.lease_owner = g.owner
+    AND j.lease_token = g.token
+    AND j.lease_expires_at > now()
+  ORDER BY j.id
+  FOR SHARE OF j
+)
+INSERT INTO {schema}.job_steps (job_id, name, seq, attempt, lease_token, result)
+SELECT g.id, g.name, g.seq, g.attempt, g.token, g.result::jsonb
+FROM given AS g
+JOIN fence AS f ON f.id = g.id AND f.token = g.token
+ON CONFLICT DO NOTHING
+RETURNING job_id, lease_token, name;
+
 -- name: job_steps
 SELECT name, seq, attempt, lease_token, recorded_at, result
 FROM {schema}.job_steps

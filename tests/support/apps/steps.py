@@ -57,3 +57,31 @@ def three_steps(ctx: leaseq.JobContext, payload: dict[str, Any]) -> Any:
         pathlib.Path(payload["dir"], "lost").write_text(str(exc))
         raise
     return [one, two, three]
+
+
+def _pure(ctx: leaseq.JobContext, payload: dict[str, Any], name: str) -> Any:
+    """A step without a transaction of its own: its record goes through the worker's group
+    commit, in one write with other jobs' records."""
+
+    def run() -> str:
+        with pathlib.Path(payload["dir"], "calls").open("a") as calls:
+            calls.write(f"{name} {ctx.fencing_token} {os.getpid()}\n")
+        if name == "two":
+            _hold(ctx, payload, "inside")  # the function runs, nothing is recorded yet
+        return f"{name}@{ctx.fencing_token}"
+
+    return ctx.step(name, run)
+
+
+@app.task(name="pure_steps", store_result=True)
+def pure_steps(ctx: leaseq.JobContext, payload: dict[str, Any]) -> Any:
+    try:
+        one = _pure(ctx, payload, "one")
+        _hold(ctx, payload, "before")
+        two = _pure(ctx, payload, "two")
+        _hold(ctx, payload, "after")  # two's record committed before the handler got here
+        three = _pure(ctx, payload, "three")
+    except leaseq.JobAborted as exc:
+        pathlib.Path(payload["dir"], "lost").write_text(str(exc))
+        raise
+    return [one, two, three]
