@@ -186,6 +186,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "Offloaded payloads no job named (a job deleted by hand, an enqueue that died between "
         "its upload and its commit) that this worker's orphan sweep removed.",
     ),
+    MetricSpec(
+        "leaseq_fair_keys_pruned_total",
+        "counter",
+        (),
+        "worker",
+        "Keys of fair queues this worker's fair key pruner deleted: idle longer than "
+        "fair_key_retention with no job left (docs/fairness.md).",
+    ),
     MetricSpec("leaseq_worker_slots", "gauge", (), "worker", "Handler slots (concurrency)."),
     MetricSpec(
         "leaseq_worker_busy_slots",
@@ -544,6 +552,7 @@ class WorkerMetrics:
         self.schedule_ticks = make("leaseq_schedule_ticks_total")
         self.payload_objects_deleted = make("leaseq_payload_objects_deleted_total")
         self.payload_orphans_removed = make("leaseq_payload_orphans_removed_total")
+        self.fair_keys_pruned = make("leaseq_fair_keys_pruned_total")
         self.slots = make("leaseq_worker_slots")
         self.busy_slots = make("leaseq_worker_busy_slots")
         self.held_leases = make("leaseq_worker_held_leases")

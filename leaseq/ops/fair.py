@@ -46,3 +46,13 @@ class FairOps(ClientBase):
             "limit": validate.check_int("limit", limit, 1, 10_000),
         }
         return fair_keys_from_rows(self._rows("fair_keys", params))
+
+    def prune_fair_keys(self, *, older_than: float, batch_size: int = 1000) -> int:
+        """Delete fair queues' keys idle for ``older_than`` seconds with no live job left
+        (at most ``batch_size``); never a queue's key ``""`` or a weighted key. A key that
+        gets a job again is created again, at the queue's current virtual time."""
+        params = {
+            "older_than": validate.check_positive_seconds("older_than", older_than, 1e10),
+            "limit": validate.check_int("batch_size", batch_size, 1, 100_000),
+        }
+        return len(self._rows("prune_fair_keys", params))

@@ -104,6 +104,9 @@ class WorkerConfig:
       ``prune_interval`` (None: keep them; dead jobs are never pruned), until none is
       left, in small batches paced so that deleting takes at most ``prune_share`` of the
       time (what is left for claims to share WAL with).
+    - ``fair_key_retention``: every ``prune_interval``, the keys of fair queues idle this many
+      seconds (no enqueue, wake-up or claim) with no job left are deleted (None: keep them;
+      never a queue's key ``""`` or a weighted key); docs/fairness.md.
     - ``listen_dsn``: LISTEN over this direct connection instead (behind PgBouncer).
     - ``schedules``: run the schedule ticker (any number of workers may; each tick still
       enqueues one job) and store the app's declared schedules at start.
@@ -166,6 +169,13 @@ class WorkerConfig:
     prune_interval: float = field(
         default=60.0,
         metadata=_cli("How often the worker prunes (until nothing is left).", kind="duration"),
+    )
+    fair_key_retention: float | None = field(
+        default=3600.0,
+        metadata=_cli(
+            "Delete fair queues' keys idle this long with no job left (e.g. 1h), or 'never'.",
+            kind="duration_or_never",
+        ),
     )
     prune_share: float = field(
         default=0.2,

@@ -210,6 +210,9 @@ class WorkerEvents:
     def payload_orphans_removed(self, count: int) -> None:
         self.metrics.payload_orphans_removed.inc(count)
 
+    def fair_keys_pruned(self, count: int) -> None:
+        self.metrics.fair_keys_pruned.inc(count)
+
     def ticked(self, result: TickRound) -> None:
         """A schedule ticker round (leaseq.worker.maintenance.Ticker)."""
         self.stats.ticks_enqueued += result.enqueued

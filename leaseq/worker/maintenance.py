@@ -1,5 +1,5 @@
-"""Periodic maintenance services: sweeper, priority aging, pruner, schedule ticker, and the
-payload store's upkeep.
+"""Periodic maintenance services: sweeper, priority aging, pruner, fair key pruner, schedule
+ticker, and the payload store's upkeep.
 
 Each is a ``PeriodicService``: run ``tick()`` every ``interval`` seconds, each statement
 bounded by ``timeout``, database outages reported through the shared ``Outage`` (one log
@@ -177,6 +177,38 @@ class Pruner(PeriodicService):
                 break
 
 
+class FairKeyPruner(PeriodicService):
+    """Deletes fair queues' keys idle for ``retention`` seconds with no job left, in batches,
+    every interval (leaseq_fair_keys_pruned_total). A key that gets a job again is created
+    again by that job's statement; the delete never takes a key changed since it read it."""
+
+    name = "fair key prune"
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        outage: Outage,
+        events: WorkerEvents,
+        *,
+        retention: float,
+        interval: float,
+        timeout: float,
+    ) -> None:
+        super().__init__(client, outage, interval=interval, timeout=timeout, first_delay=interval)
+        self.events = events
+        self.retention = retention
+
+    async def tick(self) -> None:
+        while True:
+            async with asyncio.timeout(self.timeout):
+                done = await self.client.prune_fair_keys(
+                    older_than=self.retention, batch_size=PRUNE_BATCH
+                )
+            self.events.fair_keys_pruned(done)
+            if done < PRUNE_BATCH:
+                break
+
+
 class Ticker(PeriodicService):
     """Enqueues the due ticks of periodic schedules, in every worker at once if need be:
     each due schedule is handled in one transaction under its row lock (tickers skip each
@@ -310,6 +342,17 @@ def services(
                 outage,
                 retention=config.retention,
                 share=config.prune_share,
+                interval=config.prune_interval,
+                timeout=timeout,
+            )
+        )
+    if config.fair_key_retention is not None:
+        found.append(
+            FairKeyPruner(
+                client,
+                outage,
+                events,
+                retention=config.fair_key_retention,
                 interval=config.prune_interval,
                 timeout=timeout,
             )

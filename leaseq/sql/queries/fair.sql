@@ -1,6 +1,6 @@
--- Fair dispatch inside a queue (leaseq.ops.fair_async, docs/fairness.md): the fair claim,
--- the enqueue's touch of its keys, weights, and the per-key reads of the CLI, dashboard and
--- metrics. The state is fair_keys (migration 0023): per key, its weight and pass.
+-- Fair dispatch inside a queue (leaseq.ops.fair_async, docs/fairness.md): the fair claim
+-- and the enqueue's touch of its keys (weights, per-key reads and pruning: fair_keys.sql).
+-- The state is fair_keys (migration 0026): per key, its weight and pass.
 
 
 -- name: _queue_is_fair
@@ -210,64 +210,3 @@ SET gen = f.gen + 1,
     park_step = 0,
     active_at = now(),
     pass = CASE WHEN f.park_step > 0 THEN NULL ELSE f.pass END;
-
--- name: set_fair_weight
--- An operator's weight for a key of a fair queue (audited): its share of the claims is
--- weight / the sum of the weights of the keys with claimable work.
-WITH up AS (
-  INSERT INTO {schema}.fair_keys AS f (queue_name, fairness_key, weight)
-  VALUES (%(queue)s, %(key)s, %(weight)s)
-  ON CONFLICT (queue_name, fairness_key) DO UPDATE SET weight = excluded.weight
-  RETURNING f.queue_name
-)
-INSERT INTO {schema}.admin_events (actor, action, scope, value, reason, detail)
-SELECT %(actor)s, 'fair_weight', 'fair_key', %(queue)s || '/' || %(key)s, %(reason)s,
-       'weight ' || %(weight)s::text
-FROM up;
-
--- name: fair_keys
--- The keys of a fair queue with their weights and backlogs (claimable now), the largest
--- backlogs first, bounded (the CLI, dashboard and metrics show the top keys only).
-SELECT f.fairness_key, f.weight, f.pass, f.parked_until IS NOT NULL AND f.parked_until > now(),
-       CASE WHEN f.fairness_key = ''
-         THEN (SELECT count(*) FROM {schema}.jobs AS c
-                WHERE c.queue_name = f.queue_name AND c.fairness_key IS NULL
-                  AND c.status = 'pending' AND NOT c.blocked AND NOT c.waiting)
-         ELSE (SELECT count(*) FROM {schema}.jobs AS c
-                WHERE c.queue_name = f.queue_name AND c.fairness_key = f.fairness_key
-                  AND c.status = 'pending' AND NOT c.blocked AND NOT c.waiting)
-       END AS backlog,
-       (SELECT count(*) FROM {schema}.jobs AS r
-         WHERE r.status = 'running' AND r.queue_name = f.queue_name
-           AND r.fairness_key IS NOT DISTINCT FROM nullif(f.fairness_key, '')) AS running
-FROM {schema}.fair_keys AS f
-WHERE f.queue_name = %(queue)s
-ORDER BY 5 DESC, f.fairness_key
-LIMIT %(limit)s;
-
--- name: fair_key_stats
--- The database metrics of fair queues: per queue, its keys with the largest backlogs (at
--- most %(top)s, a bound on the label sets), each with its backlog (pending, claimable or
--- waiting for its turn) and its share (its weight over the weights of the queue's keys with
--- a backlog). One grouped read of jobs_fair_idx; jobs without a key are the key ''.
-WITH backlog AS (
-  SELECT queue_name, fairness_key, count(*) AS n FROM {schema}.jobs
-  WHERE status = 'pending' AND NOT blocked AND NOT waiting AND fairness_key IS NOT NULL
-  GROUP BY 1, 2
-  UNION ALL
-  SELECT j.queue_name, '', count(*) FROM {schema}.jobs AS j
-  WHERE j.status = 'pending' AND NOT j.blocked AND NOT j.waiting AND j.fairness_key IS NULL
-    AND j.queue_name IN (SELECT DISTINCT queue_name FROM {schema}.fair_keys)
-  GROUP BY 1
-), ranked AS (
-  SELECT b.queue_name, b.fairness_key, b.n, coalesce(f.weight, 1) AS weight,
-         row_number() OVER (PARTITION BY b.queue_name ORDER BY b.n DESC, b.fairness_key) AS r,
-         sum(coalesce(f.weight, 1)) OVER (PARTITION BY b.queue_name) AS total
-  FROM backlog AS b
-  LEFT JOIN {schema}.fair_keys AS f
-    ON f.queue_name = b.queue_name AND f.fairness_key = b.fairness_key
-)
-SELECT queue_name, fairness_key, n, weight / total
-FROM ranked
-WHERE r <= %(top)s
-ORDER BY queue_name, r;
