@@ -58,6 +58,7 @@ class TaskOptions(TypedDict, total=False):
     concurrency: int | None
     concurrency_key: str | Callable[[Any], Any] | None
     fairness_key: str | Callable[[Any], Any] | None
+    cost: int
     rate_limit: RateLimit | None
     store_result: bool
     result_ttl: float | dt.timedelta
@@ -87,6 +88,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "concurrency": None,
     "concurrency_key": None,
     "fairness_key": None,
+    "cost": DEFAULTS["cost"],
     "rate_limit": None,
     "store_result": False,
     "result_ttl": RESULT_TTL,
@@ -117,6 +119,8 @@ class Task(Generic[P]):
         self.queue = checks.check_name("queue", o["queue"])
         self.max_attempts = checks.check_max_attempts(o["max_attempts"])
         self.priority = checks.check_priority(o["priority"])
+        #: The units its jobs take of every concurrency limit that applies (docs/limits.md).
+        self.cost = checks.check_cost(o["cost"])
         max_runtime = o["max_runtime"]
         self.max_runtime = (
             None
@@ -185,6 +189,8 @@ class Task(Generic[P]):
 
     def _options(self, payload: Any, options: EnqueueOptions) -> dict[str, Any]:
         merged = {"queue": self.queue, "max_attempts": self.max_attempts, "priority": self.priority}
+        if self.cost != 1:
+            merged["cost"] = self.cost
         if self.payload_versions is not None:
             merged["payload_version"] = max(self.payload_versions)
         if self.concurrency_key is not None and options.get("limit_key") is None:

@@ -33,6 +33,9 @@ class ErrorCode(StrEnum):
     #: A stored row holds what the claim cannot turn into a lease (a counter at its maximum,
     #: a time that is not finite); the claim ended it dead instead of failing its batch.
     ROW_OUT_OF_RANGE = "ROW_OUT_OF_RANGE"
+    #: The job's cost is above the concurrency of a limit that applies to it: it could never
+    #: start, so the claim ended it dead (docs/limits.md, "Job cost").
+    COST_OVER_LIMIT = "COST_OVER_LIMIT"
     #: A retry of a job whose unique key moved to a follow-up job: it ends cancelled instead
     #: of becoming a second live job with the key.
     SUPERSEDED = "SUPERSEDED"

@@ -262,6 +262,14 @@ OPTIONS: tuple[Option, ...] = (
         "claimed in turn with the queue's other keys, weighted round robin (docs/fairness.md)",
     ),
     Option(
+        "cost",
+        1,
+        validate.check_cost,
+        ("cost",),
+        _EVERY_INSERT | {"sig"},
+        "the units (slots) it takes of every concurrency limit that applies (docs/limits.md)",
+    ),
+    Option(
         "batch_id",
         None,
         _check_batch_id,
@@ -321,6 +329,7 @@ class EnqueueOptions(TypedDict, total=False):
     on_dead: str
     expires: float | dt.timedelta | dt.datetime | None
     fairness_key: str | None
+    cost: int
     batch_id: int | None
 
 
@@ -351,6 +360,7 @@ class JobSpec:
     on_dead: str = DEFAULT_ON_DEAD
     expires: float | dt.timedelta | dt.datetime | None = None
     fairness_key: str | None = None
+    cost: int = 1
     batch_id: int | None = None
 
 
@@ -462,6 +472,7 @@ COPY_COLUMNS = (
     "limit_key",
     "expires_at",
     "fairness_key",
+    "cost",
 )
 
 
@@ -487,4 +498,5 @@ def copy_row(job_id: int, p: Mapping[str, Any], db_now: dt.datetime) -> tuple[An
         p["limit_key"],
         expires,
         p["fairness_key"],
+        p["cost"],
     )

@@ -139,6 +139,8 @@ class Job(Printable):
     #: A suspended job's reason ('sleep', 'signal') and wake-up time (docs/durable.md).
     suspend_reason: str | None = None
     wake_at: dt.datetime | None = None
+    #: The units it takes of every concurrency limit that applies (docs/limits.md).
+    cost: int = 1
     #: Why part of the stored row could not be read (e.g. a payload nested too deeply for
     #: Python); the unreadable part is shown as None. None when everything was read.
     unreadable: str | None = None

@@ -137,7 +137,15 @@ def leases_from_rows(
         created_age,
         available_age,
         slot_rows,
+        cost_problem,
     ) in rows:
+        if cost_problem is not None:
+            unclaimable.append(
+                Unclaimable(
+                    job_id, token, owner, ordering_key, ErrorCode.COST_OVER_LIMIT, cost_problem
+                )
+            )
+            continue
         try:
             problem = _row_problem(token, attempt, created_age, available_age)
             if problem is not None:

@@ -138,6 +138,15 @@ def check_fairness_key(value: object) -> str | None:
     return value
 
 
+#: The largest cost of a job (jobs_cost_range): the units it takes of each limit.
+COST_MAX = 1000
+
+
+def check_cost(value: object) -> int:
+    """A job's cost: the units (slots) it takes of every concurrency limit that applies."""
+    return check_int("cost", value, 1, COST_MAX)
+
+
 def check_key_policy(value: object) -> str:
     if value not in ("block", "skip"):
         raise ConfigError(f"key_policy must be 'block' or 'skip', got {_short(value)}")

@@ -75,6 +75,13 @@ def read_payload(text: str | None) -> Any:
 @click.option(
     "--expires", type=float, default=None, help="Start deadline: seconds from now (database clock)."
 )
+@click.option(
+    "--cost",
+    type=int,
+    default=DEFAULTS["cost"],
+    show_default=True,
+    help="Units (slots) it takes of every concurrency limit that applies.",
+)
 @unique_options
 @click.option("--json", "as_json", is_flag=True, help="Print {'id': ...} as JSON.")
 @pass_settings
@@ -90,6 +97,7 @@ def enqueue(
     ordering_key: str | None,
     limit_key: str | None,
     expires: float | None,
+    cost: int,
     as_json: bool,
     **unique: Any,
 ) -> None:
@@ -108,6 +116,7 @@ def enqueue(
         ordering_key=ordering_key,
         limit_key=limit_key,
         expires=expires,
+        cost=cost,
         **clean(unique),
     )
     if as_json:

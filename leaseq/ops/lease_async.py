@@ -97,6 +97,14 @@ class AsyncLeaseOps(AsyncEndingOps, AsyncPayloadOps):
                     self._fair_until[name] = time.monotonic() + FAIR_SECONDS
                     fair = True
                     continue
+                if exc.sqlstate == "LQ011" and connection is None:
+                    # A job of cost above 1 under a queue limit whose slots are on the job
+                    # rows (one number each): they move to slot rows, once per limit, in a
+                    # transaction of their own (docs/limits.md, "Job cost"); claim again.
+                    detail = exc.diag.message_detail or ""
+                    await self._rows("queue_limit_to_slot_rows", {"name": detail}, None)
+                    careful = True
+                    continue
                 if not claim_goes_careful(exc) or connection is not None:
                     raise
                 # LQ001 (claim_needs_admit): limits apply; or a slot number under a queue

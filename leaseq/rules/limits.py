@@ -156,3 +156,26 @@ def task_limit_key(task: str, value: object) -> str:
 
 def limit_from_row(row: Any) -> Limit:
     return Limit(*row)
+
+
+# Job cost (docs/limits.md, "Job cost"): the arithmetic admit() (migration 0030) does in the
+# claim statement, written out once in Python for the tests' models and checks.
+
+
+def cost_fits(cost: int, concurrency: int) -> bool:
+    """Can a job of ``cost`` ever run under a limit of ``concurrency``? One that cannot is
+    ended dead at its claim (COST_OVER_LIMIT) rather than left pending for ever."""
+    return cost <= concurrency
+
+
+def admitted_prefix(costs: list[int], free: int) -> int:
+    """How many requesters of one limit, in claim order with these ``costs``, a claim
+    admits when ``free`` units are free: the longest prefix whose costs add up to at most
+    ``free``. A requester that does not fit holds back those behind it (in this claim), so a
+    large job is never overtaken by a stream of small ones."""
+    used = 0
+    for n, cost in enumerate(costs):
+        used += cost
+        if used > free:
+            return n
+    return len(costs)

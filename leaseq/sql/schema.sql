@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 29
+-- schema version: 30
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -46,7 +46,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (26, 'fairness'),
   (27, 'children'),
   (28, 'sql_api_cancel_children'),
-  (29, 'fair_wake');
+  (29, 'fair_wake'),
+  (30, 'job_cost');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -120,6 +121,9 @@ CREATE TABLE {schema}.jobs (
   wait_signal text,
   -- Fair dispatch (version 26): claimed in turn with the queue's other keys (fair_keys).
   fairness_key text,
+  -- Its cost (version 30): the units (slots) it takes of every concurrency limit that
+  -- applies to it while it runs.
+  cost integer NOT NULL DEFAULT 1,
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
   CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
   -- A running job always has an owner and an expiry; no other state keeps either, so a
@@ -142,7 +146,8 @@ CREATE TABLE {schema}.jobs (
   -- leaking the slot.
   CONSTRAINT jobs_queue_slot_running CHECK (queue_slot IS NULL OR status = 'running'),
   CONSTRAINT jobs_suspend_bounded CHECK (length(suspend_reason) <= 32
-                                         AND length(wait_signal) <= 128)
+                                         AND length(wait_signal) <= 128),
+  CONSTRAINT jobs_cost_range CHECK (cost BETWEEN 1 AND 1000)
 );
 
 -- The claim reads this index in order and stops at LIMIT; only claimable pending rows live
@@ -433,6 +438,9 @@ CREATE TABLE {schema}.limits (
   -- When the concurrency limit last refused a claim (version 13; admit() sets it at most
   -- once a second): a slot freed while it is recent wakes the workers.
   refused_at timestamptz,
+  -- A queue limit whose slots moved from the job rows (jobs.queue_slot) to slot rows
+  -- (limit_slots), for good: a job of cost above 1 was claimed under it (version 30).
+  queue_slot_rows boolean NOT NULL DEFAULT false,
   CONSTRAINT limits_name_bounded CHECK (length(name) BETWEEN 1 AND 220),
   CONSTRAINT limits_name_scoped CHECK (name ~ '^(queue|task|key):.'),
   CONSTRAINT limits_concurrency_positive CHECK (concurrency BETWEEN 1 AND 1000000),
@@ -501,6 +509,10 @@ BEGIN
     WHERE CASE
       WHEN EXISTS (SELECT 1 FROM {schema}.limit_slots AS t
                    WHERE t.limit_name = p_name AND t.slot = n.g OFFSET 0) THEN false
+      WHEN left(p_name, 6) = 'queue:'
+           AND EXISTS (SELECT 1 FROM {schema}.jobs AS q
+                       WHERE q.queue_name = substr(p_name, 7) AND q.queue_slot = n.g
+                       OFFSET 0) THEN false
       ELSE pg_try_advisory_xact_lock(hashtextextended('leaseq.slot.' || p_name || '#' || n.g, 0))
     END
     LIMIT p_n);
@@ -532,7 +544,10 @@ $$;
 
 -- What admit() returns: the admitted ids in claim order, each one's queue slot, and
 -- whether it took slot rows (version 21: the leases' ends must delete them).
-CREATE TYPE {schema}.admission AS (admitted bigint[], slots integer[], slot_rows boolean);
+-- (version 21: slot_rows, did it take slot rows; version 30: the candidates claimed only to be
+-- ended dead, their cost above a limit's concurrency, and why.)
+CREATE TYPE {schema}.admission AS (admitted bigint[], slots integer[], slot_rows boolean,
+                                   oversize bigint[], oversize_why text[]);
 
 -- Up to p_n free slot numbers of queue p_queue's limit, searched from p_start (wrapping
 -- around at p_conc), as free_slots() does for slot rows: one index probe per number,
@@ -590,11 +605,15 @@ DECLARE
   r_rates float8[];
   r_pers float8[];
   r_bursts integer[];
+  r_costs integer[];
   v_dead bigint[];
   v_alive bigint[];
+  v_atoks bigint[];
+  v_acosts integer[];
   v_got bigint[];
   r_uniq bigint[];
   v_rated boolean;
+  v_costly boolean;
   v_nums integer[];
   v_start integer;
   v_lim record;
@@ -605,6 +624,11 @@ DECLARE
   v_qslots integer[] := '{}';
   v_slots integer[];
   v_slot_rows boolean := false;
+  v_on_rows boolean;
+  v_over bigint[] := '{}';
+  v_over_why text[] := '{}';
+  v_cover bigint[];
+  v_cwhy text[];
 BEGIN
   WHILE cardinality(v_picked) < p_want AND v_pos <= v_total LOOP
     v_chunk := p_candidates[v_pos : v_pos + (p_want - cardinality(v_picked)) - 1];
@@ -613,7 +637,7 @@ BEGIN
     -- for a candidate under none).
     WITH j AS MATERIALIZED (
       SELECT x.id, u.ord, least(x.lease_token, 9223372036854775806) + 1 AS tok,
-             x.queue_name, x.task, x.limit_key
+             x.queue_name, x.task, x.limit_key, x.cost
       FROM unnest(v_chunk) WITH ORDINALITY AS u(id, ord)
       JOIN {schema}.jobs AS x ON x.id = u.id
       WHERE x.status = 'pending' AND NOT x.blocked AND NOT x.waiting
@@ -631,16 +655,17 @@ BEGIN
     -- that order), rather than each array_agg sorting its own copy.
     SELECT array_agg(p.id), array_agg(p.tok), array_agg(p.ord), array_agg(p.limit_name),
            array_agg(p.concurrency), array_agg(p.rate), array_agg(p.per_seconds),
-           array_agg(p.burst),
+           array_agg(p.burst), array_agg(p.cost),
            -- The locked candidates once each, in claim order, and whether any is under a
-           -- rate limit: the common cases skip the rate steps and the re-sort below.
+           -- rate limit, or costs more than one slot: the common cases skip those steps.
            (SELECT array_agg(j.id ORDER BY j.ord) FROM j),
-           coalesce(bool_or(p.rate IS NOT NULL), false)
-      INTO r_ids, r_toks, r_ords, r_names, r_concs, r_rates, r_pers, r_bursts, r_uniq,
-           v_rated
+           coalesce(bool_or(p.rate IS NOT NULL), false),
+           coalesce(bool_or(p.cost > 1 AND p.concurrency IS NOT NULL), false)
+      INTO r_ids, r_toks, r_ords, r_names, r_concs, r_rates, r_pers, r_bursts, r_costs,
+           r_uniq, v_rated, v_costly
       FROM (
         SELECT j.id, j.tok, j.ord, k.limit_name, k.concurrency, k.rate, k.per_seconds,
-               k.burst
+               k.burst, j.cost
         FROM j
         LEFT JOIN k ON k.queue_name = j.queue_name AND k.task = j.task
                    AND k.limit_key IS NOT DISTINCT FROM j.limit_key
@@ -648,20 +673,57 @@ BEGIN
       ) AS p;
     CONTINUE WHEN r_ids IS NULL;  -- all taken or changed meanwhile
     v_dead := '{}';
-    -- Concurrency: per limit, its free slot numbers to its live requesters in claim order.
+    v_cover := '{}';
+    IF v_costly THEN
+      -- A cost above a limit's concurrency can never be admitted: such a candidate takes no
+      -- slot and no token; it is claimed to be ended dead with why (by the client).
+      SELECT coalesce(array_agg(o.id ORDER BY o.ord), '{}'),
+             coalesce(array_agg(o.why ORDER BY o.ord), '{}')
+        INTO v_cover, v_cwhy
+        FROM (SELECT q.id, min(q.ord) AS ord,
+                     min(format('cost %s is above the concurrency %s of limit %s',
+                                q.cost, q.conc, q.name)) AS why
+              FROM unnest(r_ids, r_ords, r_names, r_concs, r_costs)
+                     AS q(id, ord, name, conc, cost)
+              WHERE q.cost > q.conc
+              GROUP BY q.id) AS o;
+      v_dead := v_cover;
+      v_over := v_over || v_cover;
+      v_over_why := v_over_why || v_cwhy;
+    END IF;
+    -- Concurrency: per limit, its free slot numbers to its live requesters in claim order
+    -- (a requester of cost N takes N of them, all or none; a requester that does not fit
+    -- fills the limit for this claim, so later smaller jobs never overtake it).
     FOR v_lim IN
       SELECT q.name, min(q.conc) AS conc, array_agg(q.id ORDER BY q.ord) AS ids,
-             array_agg(q.tok ORDER BY q.ord) AS toks
-      FROM unnest(r_ids, r_toks, r_ords, r_names, r_concs) AS q(id, tok, ord, name, conc)
+             array_agg(q.tok ORDER BY q.ord) AS toks,
+             array_agg(q.cost ORDER BY q.ord) AS costs
+      FROM unnest(r_ids, r_toks, r_ords, r_names, r_concs, r_costs)
+             AS q(id, tok, ord, name, conc, cost)
       WHERE q.conc IS NOT NULL
       GROUP BY q.name
       ORDER BY q.name
     LOOP
-      v_alive := ARRAY(SELECT a FROM unnest(v_lim.ids) AS a WHERE NOT a = ANY(v_dead));
+      SELECT coalesce(array_agg(a.id ORDER BY a.o), '{}'),
+             coalesce(array_agg(a.tok ORDER BY a.o), '{}'),
+             coalesce(array_agg(a.cost ORDER BY a.o), '{}')
+        INTO v_alive, v_atoks, v_acosts
+        FROM unnest(v_lim.ids, v_lim.toks, v_lim.costs) WITH ORDINALITY AS a(id, tok, cost, o)
+        WHERE NOT a.id = ANY(v_dead);
       CONTINUE WHEN cardinality(v_alive) = 0;
+      -- A queue limit's slots: on the job rows unless they moved to slot rows (version 30).
+      v_on_rows := left(v_lim.name, 6) = 'queue:'
+        AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS f
+                        WHERE f.name IN (v_lim.name, 'queue:*') AND f.queue_slot_rows);
       IF v_lim.name = ANY(v_full) THEN
         v_got := '{}';
-      ELSIF left(v_lim.name, 6) = 'queue:' THEN
+      ELSIF v_on_rows THEN
+        IF v_costly AND EXISTS (SELECT 1 FROM unnest(v_acosts) AS c WHERE c > 1) THEN
+          -- A job row holds one number: the client moves this limit's slots to slot rows
+          -- (queue_limit_to_slot_rows) and claims again. Nothing of this claim is kept.
+          RAISE EXCEPTION 'leaseq: a job of cost above 1 under %', v_lim.name
+            USING ERRCODE = 'LQ011', DETAIL = v_lim.name;
+        END IF;
         -- A queue limit's slots are on the job rows (jobs.queue_slot, version 16): numbers
         -- free as seen now, passing over those this claim already picked; the claim's
         -- UPDATE writes them, and the unique index decides.
@@ -677,9 +739,14 @@ BEGIN
           v_qids := v_qids || v_got;
           v_qslots := v_qslots || v_nums;
         END IF;
-      -- A limit lowered below slots still held admits nothing until those are freed.
+      -- A limit lowered below slots still held admits nothing until those are freed (for a
+      -- queue limit whose slots moved, those still on job rows count too).
       ELSIF EXISTS (SELECT 1 FROM {schema}.limit_slots AS h
-                    WHERE h.limit_name = v_lim.name AND h.slot > v_lim.conc) THEN
+                    WHERE h.limit_name = v_lim.name AND h.slot > v_lim.conc)
+         OR (left(v_lim.name, 6) = 'queue:'
+             AND EXISTS (SELECT 1 FROM {schema}.jobs AS h
+                         WHERE h.queue_name = substr(v_lim.name, 7)
+                           AND h.queue_slot > v_lim.conc)) THEN
         v_got := '{}';
       ELSE
         -- The primary key decides; free_slots() is a guess at free numbers, passing over
@@ -689,33 +756,72 @@ BEGIN
         -- (a slot row is inserted and deleted per job) until a vacuum.
         v_start := (r_uniq[1] % v_lim.conc)::integer;
         -- Probed, not guessed: inserting over a slot whose delete is not yet committed
-        -- would wait for that transaction, and a claim never waits on another.
-        v_nums := {schema}.free_slots(v_lim.name, v_lim.conc, v_start, cardinality(v_alive));
+        -- would wait for that transaction, and a claim never waits on another. As many
+        -- numbers as the requesters' costs add up to (at most the limit).
+        v_nums := {schema}.free_slots(
+          v_lim.name, v_lim.conc, v_start,
+          CASE WHEN v_costly THEN (SELECT sum(c)::integer FROM unnest(v_acosts) AS c)
+               ELSE cardinality(v_alive) END);
         -- A plain insert (cheaper than ON CONFLICT). It fails only when a claim that
         -- committed after the search's snapshot took one of the numbers (rare): then the
         -- search again, and an insert that skips any number taken meanwhile.
         BEGIN
-          INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
-          SELECT v_lim.name, f.g, r.id, r.tok
-          FROM unnest(v_nums) WITH ORDINALITY AS f(g, rn)
-          JOIN (SELECT q.id, q.tok, row_number() OVER () AS rn
-                FROM unnest(v_lim.ids, v_lim.toks) AS q(id, tok)
-                WHERE NOT q.id = ANY(v_dead)) AS r USING (rn);
-          v_got := v_alive[1 : cardinality(v_nums)];
-        EXCEPTION WHEN unique_violation THEN
-          v_nums := {schema}.free_slots(v_lim.name, v_lim.conc, v_start,
-                                        cardinality(v_alive));
-          WITH ins AS (
+          IF NOT v_costly THEN
             INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
             SELECT v_lim.name, f.g, r.id, r.tok
             FROM unnest(v_nums) WITH ORDINALITY AS f(g, rn)
-            JOIN (SELECT q.id, q.tok, row_number() OVER () AS rn
-                  FROM unnest(v_lim.ids, v_lim.toks) AS q(id, tok)
-                  WHERE NOT q.id = ANY(v_dead)) AS r USING (rn)
+            JOIN unnest(v_alive, v_atoks) WITH ORDINALITY AS r(id, tok, rn) USING (rn);
+            v_got := v_alive[1 : cardinality(v_nums)];
+          ELSE
+            -- The longest prefix of requesters whose costs fit in the numbers found, each
+            -- requester's units its own run of them.
+            WITH e AS (
+              SELECT a.id, a.tok, row_number() OVER (ORDER BY a.o, u.u) AS rn
+              FROM unnest(v_alive, v_atoks, v_acosts) WITH ORDINALITY AS a(id, tok, cost, o)
+              CROSS JOIN LATERAL generate_series(1, a.cost) AS u(u)
+            ), fit AS (
+              SELECT a.id
+              FROM (SELECT a.id, sum(a.cost) OVER (ORDER BY a.o) AS cum
+                    FROM unnest(v_alive, v_acosts) WITH ORDINALITY AS a(id, cost, o)) AS a
+              WHERE a.cum <= cardinality(v_nums)
+            ), ins AS (
+              INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
+              SELECT v_lim.name, f.g, e.id, e.tok
+              FROM unnest(v_nums) WITH ORDINALITY AS f(g, rn)
+              JOIN e USING (rn)
+              WHERE e.id IN (SELECT fit.id FROM fit)
+              RETURNING job_id
+            )
+            SELECT coalesce(array_agg(DISTINCT ins.job_id), '{}') INTO v_got FROM ins;
+            v_got := ARRAY(SELECT a FROM unnest(v_alive) WITH ORDINALITY AS x(a, o)
+                           WHERE a = ANY(v_got) ORDER BY x.o);
+          END IF;
+        EXCEPTION WHEN unique_violation THEN
+          v_nums := {schema}.free_slots(
+            v_lim.name, v_lim.conc, v_start,
+            (SELECT sum(c)::integer FROM unnest(v_acosts) AS c));
+          -- Each requester's units, numbers in order; a requester is admitted when all its
+          -- units got in, and only the prefix up to the first that did not (the others'
+          -- rows go with the refused candidates' below).
+          WITH e AS (
+            SELECT a.id, a.tok, a.o, row_number() OVER (ORDER BY a.o, u.u) AS rn
+            FROM unnest(v_alive, v_atoks, v_acosts) WITH ORDINALITY AS a(id, tok, cost, o)
+            CROSS JOIN LATERAL generate_series(1, a.cost) AS u(u)
+          ), ins AS (
+            INSERT INTO {schema}.limit_slots (limit_name, slot, job_id, lease_token)
+            SELECT v_lim.name, f.g, e.id, e.tok
+            FROM unnest(v_nums) WITH ORDINALITY AS f(g, rn)
+            JOIN e USING (rn)
             ON CONFLICT DO NOTHING
             RETURNING job_id
+          ), n AS (
+            SELECT a.id, a.o, a.cost, (SELECT count(*) FROM ins WHERE ins.job_id = a.id) AS got
+            FROM unnest(v_alive, v_acosts) WITH ORDINALITY AS a(id, cost, o)
           )
-          SELECT coalesce(array_agg(job_id), '{}') INTO v_got FROM ins;
+          SELECT coalesce(array_agg(n.id ORDER BY n.o), '{}') INTO v_got
+          FROM n
+          WHERE n.o < coalesce((SELECT min(b.o) FROM n AS b WHERE b.got < b.cost),
+                               9223372036854775807);
         END;
         -- Reported to the claim (admission.slot_rows, version 21): the leases' ends must take
         -- the statements that delete slot rows, whatever the claim's own snapshot saw.
@@ -793,6 +899,8 @@ BEGIN
         ORDER BY a.ord
       );
     END IF;
+    -- Those whose cost no limit of theirs can ever admit: claimed, to be ended dead.
+    v_picked := v_picked || v_cover;
     IF cardinality(v_full) > 0 THEN
       EXIT WHEN EXISTS (SELECT 1 FROM unnest(v_full) AS f WHERE left(f, 6) = 'queue:');
     END IF;
@@ -815,9 +923,46 @@ BEGIN
     FROM unnest(v_picked) WITH ORDINALITY AS p(id, ord)
     LEFT JOIN unnest(v_qids, v_qslots) AS q(id, slot) ON q.id = p.id
     ORDER BY p.ord);
-  RETURN ROW(v_picked, v_slots, v_slot_rows)::{schema}.admission;
+  RETURN ROW(v_picked, v_slots, v_slot_rows, v_over, v_over_why)::{schema}.admission;
 END
 $$;
+
+-- A queue limit's slots move to slot rows: the barrier first (EXCLUSIVE on pauses, as
+-- pause_scope takes it: it waits for every claim in flight to commit, and a claim planned
+-- meanwhile waits for this one and then sees the flag), then the flag on the limit that
+-- applies to the queue (its own, else the queue family's). Called by the client when
+-- admit() says a job of cost above 1 is under a queue limit whose slots are on the job
+-- rows (SQLSTATE LQ011), in a transaction of its own.
+CREATE FUNCTION {schema}.queue_limit_to_slot_rows(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+  v_done boolean;
+BEGIN
+  LOCK TABLE {schema}.pauses IN EXCLUSIVE MODE;
+  UPDATE {schema}.limits AS l SET queue_slot_rows = true
+  WHERE l.name = (SELECT x.name FROM {schema}.limits AS x
+                  WHERE x.name IN (p_name, 'queue:*')
+                  ORDER BY x.name = p_name DESC LIMIT 1)
+    AND left(p_name, 6) = 'queue:'
+  RETURNING true INTO v_done;
+  RETURN coalesce(v_done, false);
+END
+$fn$;
+
+-- claim_jobs's fast path met a job of cost above 1 (each job takes one number there):
+-- claim_limited_jobs takes it (SQLSTATE LQ001, as claim_needs_admit; nothing is claimed).
+CREATE FUNCTION {schema}.claim_needs_admit_slot()
+RETURNS integer
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+  RAISE EXCEPTION 'leaseq: a job of cost above 1 (claim_limited_jobs takes it)'
+    USING ERRCODE = 'LQ001';
+END
+$fn$;
+
 
 -- GCRA: admit `cost` units iff the bucket's theoretical arrival time is at most the burst
 -- tolerance ahead of now(), then move it on by cost emission intervals. One row, updated
@@ -1260,7 +1405,7 @@ DECLARE
   v_names text[] := ARRAY['task', 'payload', 'queue', 'priority', 'run_at', 'delay',
     'max_attempts', 'payload_version', 'idempotency_key', 'ordering_key', 'key_policy',
     'unique_key', 'unique_for', 'unique_states', 'on_conflict', 'debounce', 'debounce_max',
-    'limit_key', 'depends_on', 'on_dead', 'expires', 'fairness_key', 'batch_id'];
+    'limit_key', 'depends_on', 'on_dead', 'expires', 'fairness_key', 'cost', 'batch_id'];
   v_job jsonb;
   v_unknown text;
   v_given text;
@@ -1294,7 +1439,8 @@ BEGIN
   END IF;
   -- The defaults (leaseq.jobspec.DEFAULTS); JSON null stands for Python's None.
   v_job := jsonb_build_object('payload', 'null'::jsonb, 'queue', 'default', 'priority', 0,
-                              'max_attempts', 8, 'key_policy', 'block', 'on_dead', 'cancel')
+                              'max_attempts', 8, 'key_policy', 'block', 'on_dead', 'cancel',
+                              'cost', 1)
            || a_job;
 
   -- leaseq.rules.unique.unique_options and check_schedule
@@ -1428,7 +1574,8 @@ BEGIN
     'ordering_key', {schema}._api_key('ordering_key', v_job->'ordering_key',
                                       'no NUL, valid Unicode'),
     'fairness_key', {schema}._api_key('fairness_key', v_job->'fairness_key',
-                                      'no NUL, valid Unicode'));
+                                      'no NUL, valid Unicode'),
+    'cost', {schema}._api_int('cost', v_job->'cost', 1, 1000));
   IF jsonb_typeof(v_job->'key_policy') IS DISTINCT FROM 'string'
      OR v_job->>'key_policy' NOT IN ('block', 'skip') THEN
     PERFORM {schema}._api_refuse('LQ001', format('key_policy must be ''block'' or ''skip'', got %s',
@@ -1728,6 +1875,7 @@ DECLARE
   p_expires timestamptz := (a_job->>'expires')::timestamptz;
   p_expires_in float8 := (a_job->>'expires_in')::float8;
   p_fairness_key text := a_job->>'fairness_key';
+  p_cost integer := (a_job->>'cost')::integer;
   p_channel text := {schema}._api_channel();
   p_keys text[];
   p_ids bigint[];
@@ -1790,7 +1938,8 @@ WITH lock AS (
   INSERT INTO {schema}.jobs
     (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
      payload_version, idempotency_key, ordering_key, key_policy, blocked, unique_key,
-     unique_for, unique_states, debounce_until, limit_key, expires_at, fairness_key)
+     unique_for, unique_states, debounce_until, limit_key, expires_at, fairness_key,
+     cost)
   OVERRIDING SYSTEM VALUE
   SELECT lock.job_id, p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
          coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
@@ -1804,7 +1953,7 @@ WITH lock AS (
          ),
          p_unique_key, p_unique_for::float8, p_unique_states::text[],
          now() + make_interval(secs => p_debounce_max::float8), p_limit_key,
-         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key
+         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key, p_cost
   FROM lock
   RETURNING id, queue_name, available_at, blocked
 )
@@ -1834,7 +1983,8 @@ WITH lock AS (
   INSERT INTO {schema}.jobs
     (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
      payload_version, idempotency_key, ordering_key, key_policy, blocked, unique_key,
-     unique_for, unique_states, debounce_until, limit_key, expires_at, fairness_key)
+     unique_for, unique_states, debounce_until, limit_key, expires_at, fairness_key,
+     cost)
   OVERRIDING SYSTEM VALUE
   SELECT lock.job_id, p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
          coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
@@ -1848,7 +1998,7 @@ WITH lock AS (
          ),
          p_unique_key, p_unique_for::float8, p_unique_states::text[],
          now() + make_interval(secs => p_debounce_max::float8), p_limit_key,
-         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key
+         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key, p_cost
   FROM lock
   RETURNING id, queue_name, available_at, blocked
 )
@@ -1920,7 +2070,8 @@ WITH lock AS (
   INSERT INTO {schema}.jobs
     (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
      payload_version, idempotency_key, ordering_key, key_policy, blocked, unique_key,
-     unique_for, unique_states, debounce_until, limit_key, expires_at, fairness_key)
+     unique_for, unique_states, debounce_until, limit_key, expires_at, fairness_key,
+     cost)
   OVERRIDING SYSTEM VALUE
   SELECT lock.job_id, p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
          coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
@@ -1934,7 +2085,7 @@ WITH lock AS (
          ),
          p_unique_key, p_unique_for::float8, p_unique_states::text[],
          now() + make_interval(secs => p_debounce_max::float8), p_limit_key,
-         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key
+         coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key, p_cost
   FROM lock
   RETURNING id, queue_name, available_at, blocked
 ), ev AS (
@@ -1962,12 +2113,12 @@ FROM ins
 -- statement: insert_job
 INSERT INTO {schema}.jobs
   (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-   payload_version, idempotency_key, key_policy, limit_key, expires_at, fairness_key)
+   payload_version, idempotency_key, key_policy, limit_key, expires_at, fairness_key, cost)
 VALUES (
   p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
   coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
   p_max_attempts, p_payload_version, p_idempotency_key, p_key_policy, p_limit_key,
-  coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key
+  coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key, p_cost
 )
 RETURNING id, CASE WHEN available_at <= now() AND NOT blocked
   THEN pg_notify(p_channel, queue_name)::text END
@@ -1979,7 +2130,7 @@ WITH ins AS (
   INSERT INTO {schema}.jobs
     (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
      payload_version, idempotency_key, ordering_key, key_policy, blocked, limit_key,
-     expires_at, fairness_key)
+     expires_at, fairness_key, cost)
   VALUES (
     p_queue, p_task, p_payload::jsonb, p_priority, p_priority,
     coalesce(p_run_at::timestamptz, now() + make_interval(secs => p_delay)),
@@ -1992,7 +2143,7 @@ WITH ins AS (
       WHERE b.ordering_key = p_ordering_key AND ((b.status IN ('pending', 'running') AND NOT b.blocked)
  OR (b.status = 'dead' AND b.key_policy = 'block' AND NOT b.key_skipped))
     ),
-    p_limit_key, coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key
+    p_limit_key, coalesce(p_expires::timestamptz, now() + make_interval(secs => p_expires_in::float8)), p_fairness_key, p_cost
   )
   RETURNING id, queue_name, available_at, blocked
 )

@@ -38,6 +38,7 @@ VALUES: dict[str, tuple[Any, dict[str, Any]]] = {
     "limit_key": ("lk-1", {"limit_key": "lk-1"}),
     "expires": (_AT, {"expires_at": _AT}),
     "fairness_key": ("fk-1", {"fairness_key": "fk-1"}),
+    "cost": (3, {"cost": 3}),
 }
 #: Options with a column that cannot be set on their own (checked by their own tests).
 TOGETHER = {"task", "payload", "run_at", "debounce_max"}

@@ -104,6 +104,7 @@ CASES: dict[str, list[tuple[Any, bool, dict[str, Any]]]] = {
     ],
     "ordering_key": [("o1", True, {}), ("o" * 201, False, {}), ("", False, {}), ([], False, {})],
     "fairness_key": [("f1", True, {}), ("f" * 201, False, {}), ("", False, {}), (3, False, {})],
+    "cost": [(3, True, {}), (1000, True, {}), (0, False, {}), (1001, False, {}), ("2", False, {})],
     "key_policy": [
         ("skip", True, {"ordering_key": "o"}),
         ("block", True, {}),

@@ -181,6 +181,7 @@ def test_the_signature_and_callback_options_are_the_declared_ones() -> None:
         "on_dead",
         "expires",
         "fairness_key",
+        "cost",
     } == jobspec.SIG_OPTIONS
     assert {"queue", "priority", "max_attempts"} == jobspec.CALLBACK_OPTIONS
     from leaseq.workflows import callback_spec

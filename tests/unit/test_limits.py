@@ -9,7 +9,14 @@ import pytest
 
 import leaseq
 from leaseq import ConfigError, PayloadError, RateLimit
-from leaseq.rules.limits import check_limit_key, check_limit_name, limit_params, task_limit_name
+from leaseq.rules.limits import (
+    admitted_prefix,
+    check_limit_key,
+    check_limit_name,
+    cost_fits,
+    limit_params,
+    task_limit_name,
+)
 
 
 @pytest.mark.parametrize("name", ["queue:q", "task:app.send", "key:c-42", "key:customer:*"])
@@ -78,3 +85,26 @@ def test_bad_task_limit_options_are_refused_at_registration() -> None:
         app.task(name="b", concurrency_key="k")(lambda ctx, p: None)
     with pytest.raises(ConfigError):
         app.task(name="c", concurrency=1, concurrency_key=5)(lambda ctx, p: None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("costs", "free", "admitted"),
+    [
+        ([], 5, 0),
+        ([1, 1, 1], 5, 3),
+        ([3, 3, 1], 5, 1),  # the second does not fit: the third (which would) waits behind it
+        ([2, 3], 5, 2),
+        ([6], 5, 0),
+        ([1, 4, 1], 5, 2),
+        ([1, 1], 0, 0),
+    ],
+)
+def test_a_claim_admits_the_longest_prefix_whose_costs_fit(
+    costs: list[int], free: int, admitted: int
+) -> None:
+    assert admitted_prefix(costs, free) == admitted
+
+
+def test_a_cost_fits_a_limit_only_up_to_its_concurrency() -> None:
+    assert cost_fits(3, 3) and cost_fits(1, 1)
+    assert not cost_fits(4, 3)

@@ -41,6 +41,7 @@ def _claim_row(job_id: int, **changes: Any) -> tuple[Any, ...]:
         "created_age": 2.0,
         "available_age": 1.0,
         "slot_rows": False,
+        "cost_problem": None,
     }
     row.update(changes)
     return tuple(row.values())
@@ -56,6 +57,10 @@ def _claim_row(job_id: int, **changes: Any) -> tuple[Any, ...]:
         ({"created_age": -1e13}, ErrorCode.ROW_OUT_OF_RANGE),
         ({"payload": "[" * 5000 + "]" * 5000}, ErrorCode.INVALID_PAYLOAD),
         ({"payload": "{not json"}, ErrorCode.INVALID_PAYLOAD),
+        (
+            {"cost_problem": "cost 3 is above the concurrency 2 of limit key:k"},
+            ErrorCode.COST_OVER_LIMIT,
+        ),
     ],
 )
 def test_a_row_that_cannot_be_a_lease_is_set_aside_not_raised(

@@ -33,6 +33,8 @@ export interface EnqueueOptions {
   onDead?: "cancel" | "run" | "ignore";
   /** The start deadline: seconds from now, or a Date / ISO 8601 text. */
   expires?: number | Date | string;
+  /** The units (slots) it takes of every concurrency limit that applies (1 to 1000). */
+  cost?: number;
   batchId?: number;
   [name: string]: unknown;
 }

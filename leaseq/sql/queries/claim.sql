@@ -127,8 +127,10 @@ coalesce(
 WITH {_wake_due}
 UPDATE {schema}.jobs AS j
 SET {_claim_set},
+    -- A job of cost above 1 takes more than one number: claim_limited_jobs's (LQ001).
     queue_slot = CASE WHEN {_limits_apply}
-                   THEN (j.id %% {_queue_concurrency})::integer + 1 END
+                   THEN CASE WHEN j.cost = 1 THEN (j.id %% {_queue_concurrency})::integer + 1
+                             ELSE {schema}.claim_needs_admit_slot() END END
 -- The CASE sits in a scalar subquery (an InitPlan, run once): bare, its volatile ELSE
 -- made the id test unusable for the primary key, and the UPDATE read the whole table.
 WHERE j.id = ANY((SELECT CASE
@@ -141,7 +143,8 @@ WHERE j.id = ANY((SELECT CASE
     OR ({_queue_concurrency} >= %(limit)s
         AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS o
                         WHERE left(o.name, 6) <> 'queue:'
-                           OR (o.rate IS NOT NULL
+                           -- A rate, or slots that moved to slot rows (version 30).
+                           OR ((o.rate IS NOT NULL OR o.queue_slot_rows)
                                AND o.name IN ('queue:' || %(queue)s, 'queue:*')))
         -- No slot held above the limit (lowered meanwhile): the highest slot held, one
         -- step down jobs_queue_slot_idx.
@@ -155,7 +158,9 @@ END)::bigint[])
           -- slot_rows: this statement never takes slot rows (admit() does, and only
           -- claim_limited_jobs calls it); a queue limit's slot is on the row, which every
           -- statement ending a lease clears.
-          false;
+          false,
+          -- Why the job cannot start (its cost above a limit's concurrency): admit()'s.
+          NULL::text;
 
 -- name: claim_limited_jobs
 -- claim_jobs when limits apply and its fast path cannot be taken (or failed): the same
@@ -186,4 +191,8 @@ WHERE j.id = ANY(coalesce((SELECT ids FROM pick), ((SELECT adm FROM pick)).admit
 {_claim_returning},
           -- slot_rows as admit() itself reports them (version 21): it reads the limits with
           -- newer snapshots than this statement's, so only it knows whether it took any.
-          coalesce(((SELECT adm FROM pick)).slot_rows, false);
+          coalesce(((SELECT adm FROM pick)).slot_rows, false),
+          -- Its cost is above the concurrency of a limit of its (version 30): claimed
+          -- without slots to be ended dead, with why.
+          ((SELECT adm FROM pick)).oversize_why[
+            array_position(((SELECT adm FROM pick)).oversize, j.id)];

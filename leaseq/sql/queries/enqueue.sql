@@ -9,12 +9,12 @@
 -- which cost single enqueues about 15% even when it did not apply).
 INSERT INTO {schema}.jobs
   (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-   payload_version, idempotency_key, key_policy, limit_key, expires_at, fairness_key)
+   payload_version, idempotency_key, key_policy, limit_key, expires_at, fairness_key, cost)
 VALUES (
   %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(priority)s,
   coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
   %(max_attempts)s, %(payload_version)s, %(idempotency_key)s, %(key_policy)s, %(limit_key)s,
-  {_expires_at}, %(fairness_key)s
+  {_expires_at}, %(fairness_key)s, %(cost)s
 )
 RETURNING id, {_notify_ready};
 
@@ -29,7 +29,7 @@ WITH ins AS (
   INSERT INTO {schema}.jobs
     (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
      payload_version, idempotency_key, ordering_key, key_policy, blocked, limit_key,
-     expires_at, fairness_key)
+     expires_at, fairness_key, cost)
   VALUES (
     %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
@@ -41,7 +41,7 @@ WITH ins AS (
       SELECT 1 FROM {schema}.jobs AS b
       WHERE b.ordering_key = %(ordering_key)s AND {_key_blocking}
     ),
-    %(limit_key)s, {_expires_at}, %(fairness_key)s
+    %(limit_key)s, {_expires_at}, %(fairness_key)s, %(cost)s
   )
   RETURNING id, queue_name, available_at, blocked
 )
@@ -56,7 +56,7 @@ WITH ins AS (
   INSERT INTO {schema}.jobs
     (queue_name, task, payload, priority, base_priority, available_at, max_attempts,
      payload_version, idempotency_key, ordering_key, key_policy, blocked, limit_key,
-     expires_at, fairness_key)
+     expires_at, fairness_key, cost)
   SELECT u.queue, u.task, u.payload, u.priority, u.priority,
          coalesce(u.run_at, now() + make_interval(secs => u.delay)), u.max_attempts,
          u.payload_version, u.idempotency_key, u.ordering_key, u.key_policy,
@@ -71,7 +71,7 @@ WITH ins AS (
          ),
          u.limit_key,
          coalesce(u.expires, now() + make_interval(secs => u.expires_in)),
-         u.fairness_key
+         u.fairness_key, u.cost
   -- One array per option of the arrays path (leaseq.jobspec.ARRAY_OPTIONS, in its order,
   -- each under the option's own name), then leaseq.jobspec.DERIVED_ARRAYS.
   FROM unnest(
@@ -79,10 +79,10 @@ WITH ins AS (
     %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
     %(payload_version)s::int[], %(idempotency_key)s::text[], %(ordering_key)s::text[],
     %(key_policy)s::text[], %(limit_key)s::text[], %(expires)s::timestamptz[],
-    %(fairness_key)s::text[], %(expires_in)s::float8[]
+    %(fairness_key)s::text[], %(cost)s::int[], %(expires_in)s::float8[]
   ) WITH ORDINALITY
     AS u(task, payload, queue, priority, run_at, delay, max_attempts, payload_version,
-         idempotency_key, ordering_key, key_policy, limit_key, expires, fairness_key,
+         idempotency_key, ordering_key, key_policy, limit_key, expires, fairness_key, cost,
          expires_in, ord)
   ORDER BY u.ord
   RETURNING id, queue_name, available_at, blocked
@@ -108,7 +108,7 @@ FROM generate_series(1, %(n)s) AS g;
 -- leaseq.jobspec.COPY_COLUMNS, in that order.
 COPY {schema}.jobs
   (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
-   payload_version, idempotency_key, key_policy, limit_key, expires_at, fairness_key)
+   payload_version, idempotency_key, key_policy, limit_key, expires_at, fairness_key, cost)
 FROM STDIN;
 
 -- name: set_trace_contexts

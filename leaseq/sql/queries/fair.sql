@@ -108,7 +108,9 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
   WHERE j.id = ANY((SELECT coalesce(p.ids, (p.adm).admitted) FROM pick AS p)::bigint[])
   {_claim_returning},
             -- slot_rows as admit() reports them (see claim_limited_jobs).
-            coalesce(((SELECT adm FROM pick)).slot_rows, false)
+            coalesce(((SELECT adm FROM pick)).slot_rows, false),
+            ((SELECT adm FROM pick)).oversize_why[
+              array_position(((SELECT adm FROM pick)).oversize, j.id)]
 ), took AS (
   -- Per key: how many of its jobs were claimed, and whether that was its last claimable
   -- one (every job found claimed, and no other behind them: one more index probe).

@@ -101,6 +101,11 @@ WITH old AS (
 )
 SELECT name FROM up;
 
+-- name: queue_limit_to_slot_rows
+-- A queue limit's slots move from the job rows to slot rows (version 30: a job of cost
+-- above 1 is under it). Its own transaction; it waits for the claims in flight.
+SELECT {schema}.queue_limit_to_slot_rows(%(name)s);
+
 -- name: remove_limit
 WITH del AS (
   DELETE FROM {schema}.limits WHERE name = %(name)s RETURNING name
@@ -129,8 +134,9 @@ WITH claimable AS MATERIALIZED (
     AND available_at <= now()
 )
 SELECT l.name, l.concurrency, l.rate, l.per_seconds, l.burst, l.updated_by, l.updated_at,
+       -- Slots (units: a job of cost N holds N) in use. A queue limit's are on its running
+       -- jobs (jobs.queue_slot, version 16), or slot rows once they moved (version 30).
        CASE WHEN left(l.name, 6) = 'queue:'
-            -- A queue limit's slots are on its running jobs (jobs.queue_slot, version 16).
             THEN (SELECT count(*) FROM {schema}.jobs AS r
                   WHERE r.queue_slot IS NOT NULL
                     AND CASE WHEN l.name = 'queue:*'
@@ -138,15 +144,16 @@ SELECT l.name, l.concurrency, l.rate, l.per_seconds, l.burst, l.updated_by, l.up
                                            WHERE e.name = 'queue:' || r.queue_name)
                           ELSE r.queue_name = substr(l.name, 7)
                         END)
-            ELSE (SELECT count(*) FROM {schema}.limit_slots AS s
+            ELSE 0
+       END
+       + (SELECT count(*) FROM {schema}.limit_slots AS s
                   WHERE s.limit_name = l.name
                      OR (right(l.name, 2) = ':*'
                          AND left(s.limit_name, length(l.name) - 1)
                              = left(l.name, length(l.name) - 1)
                          AND position(':' IN substr(s.limit_name, length(l.name))) = 0
                          AND NOT EXISTS (SELECT 1 FROM {schema}.limits AS e
-                                         WHERE e.name = s.limit_name)))
-       END,
+                                         WHERE e.name = s.limit_name))),
        CASE WHEN right(l.name, 2) = ':*'
             THEN (SELECT count(*)
                   FROM claimable AS j

@@ -28,7 +28,7 @@ id AS job_id, queue_name AS queue, task, payload::text AS payload, status::text 
 priority, available_at, attempt_count, max_attempts, lease_owner, lease_token,
 lease_expires_at, last_error_code, last_error_detail, created_at, started_at, heartbeat_at,
 finished_at, cancel_requested_at, payload_version, last_error_class, unknown_failures,
-idempotency_key, unique_key, suspend_reason, wake_at
+idempotency_key, unique_key, suspend_reason, wake_at, cost
 
 -- name: _notify_ready
 -- The wake-up of a job just inserted or changed (columns available_at, blocked,

@@ -10,7 +10,8 @@ ins AS (
   INSERT INTO {schema}.jobs
     (id, queue_name, task, payload, priority, base_priority, available_at, max_attempts,
      payload_version, idempotency_key, ordering_key, key_policy, blocked, unique_key,
-     unique_for, unique_states, debounce_until, limit_key, expires_at, fairness_key)
+     unique_for, unique_states, debounce_until, limit_key, expires_at, fairness_key,
+     cost)
   OVERRIDING SYSTEM VALUE
   SELECT lock.job_id, %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(priority)s,
          coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
@@ -23,7 +24,7 @@ ins AS (
          ),
          %(unique_key)s, %(unique_for)s::float8, %(unique_states)s::text[],
          now() + make_interval(secs => %(debounce_max)s::float8), %(limit_key)s,
-         {_expires_at}, %(fairness_key)s
+         {_expires_at}, %(fairness_key)s, %(cost)s
   FROM lock
   RETURNING id, queue_name, available_at, blocked
 )
