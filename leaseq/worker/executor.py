@@ -18,6 +18,7 @@ the sweeper recovers the job.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -81,7 +82,9 @@ class Executor:
         self._slots = Slots(config.concurrency)
         # As many threads as slots: an abandoned sync handler keeps its thread until it
         # returns, and a job queued behind it may then start late (or not at all).
-        self._threads = HandlerThreads(config.concurrency, _sync_attempt, self._sync_done)
+        self._threads = HandlerThreads(
+            config.concurrency, functools.partial(_sync_attempt, inflight), self._sync_done
+        )
         self._sync: Client | None = None
         self._sync_lock = threading.Lock()
         self._side_tasks: set[asyncio.Task[None]] = set()
@@ -308,7 +311,7 @@ class Executor:
         if refused is not None:
             return refused
         try:
-            _mark_started(running)  # no await since the deadline check above
+            _mark_started(running, self.inflight)  # no await since the deadline check above
             value = await task.fn(ctx, running.payload)
         except JobAborted:
             return lease  # the abort decides what is reported
@@ -454,7 +457,7 @@ def _too_late(running: Running) -> bool:
     return True
 
 
-def _sync_attempt(running: Running) -> Outcome:
+def _sync_attempt(inflight: InFlight, running: Running) -> Outcome:
     """A whole sync attempt, in a pool thread. A job queued behind busy threads has not
     started yet: it counts as started (and so is charged, and waited for at shutdown) from
     the moment its handler is called. Its lease may have ended while it waited (the loop
@@ -469,7 +472,7 @@ def _sync_attempt(running: Running) -> Outcome:
         return refused
     if ctx.aborted is not None or _too_late(running):
         return lease  # the check may have taken a while
-    _mark_started(running)
+    _mark_started(running, inflight)
     gate = running.gate
     try:
         try:
@@ -488,6 +491,9 @@ def _sync_attempt(running: Running) -> Outcome:
         return failure_of(lease, task, exc)
 
 
-def _mark_started(running: Running) -> None:
+def _mark_started(running: Running, inflight: InFlight) -> None:
     running.started_at = time.monotonic()
     running.ctx.mark_started()
+    task = running.task_def
+    if task is not None and task.max_runtime is not None:
+        inflight.started(running, task.max_runtime)

@@ -237,6 +237,7 @@ class InFlight:
         #: Set when a lease joins with a deadline before the keeper's planned wake-up.
         self.sooner = asyncio.Event()
         self.keeper_wakes_at = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
         return len(self._running)
@@ -252,9 +253,22 @@ class InFlight:
         return sum(1 for r in list(self._running.values()) if r.started_at and not r.reporting)
 
     def add(self, running: Running) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
         self._running[running.key] = running
         if running.deadline < self.keeper_wakes_at:
             self.sooner.set()  # the keeper must police this deadline, not sleep past it
+
+    def started(self, running: Running, max_runtime: float) -> None:
+        """An attempt with a ``max_runtime`` has just started (on the loop, or in a handler
+        thread): wake the keeper if the runtime ends before its planned wake-up, so that the
+        stop comes at ``max_runtime`` and not at the next renewal tick."""
+        started_at = running.started_at
+        loop = self._loop
+        if started_at is None or loop is None:
+            return
+        if started_at + max_runtime < self.keeper_wakes_at:
+            loop.call_soon_threadsafe(self.sooner.set)  # Event is not thread-safe
 
     def holds(self, running: Running) -> bool:
         return self._running.get(running.key) is running

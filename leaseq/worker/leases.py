@@ -29,9 +29,14 @@ log = logging.getLogger("leaseq.worker")
 
 
 def _wake_for(running: Running) -> float:
-    """When the keeper must look at this lease next: its local deadline while it is
-    policed, its hard stop while its thread is being stopped."""
+    """When the keeper must look at this lease next: its local deadline (or the end of its
+    ``max_runtime``, if sooner) while it is policed, its hard stop while its thread is
+    being stopped."""
     if running.watched:
+        task, started_at = running.task_def, running.started_at
+        if started_at is not None and task is not None and task.max_runtime is not None:
+            # Just past the end: the check below stops what ran *longer* than max_runtime.
+            return min(running.deadline, started_at + task.max_runtime + 0.001)
         return running.deadline
     return running.hard_stop_at or running.deadline
 

@@ -108,6 +108,28 @@ async def test_max_runtime_stops_a_handler_that_keeps_reporting_progress(
     assert stats.aborted == {"MAX_RUNTIME_EXCEEDED": 2}
 
 
+async def test_max_runtime_is_enforced_when_it_passes_not_at_the_next_renewal_tick(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """With a 600 s lease the keeper renews every 200 s; an async handler past its
+    max_runtime of 0.3 s is stopped then (the keeper wakes for it), not at that tick: the
+    run would otherwise outlast its 30 s bound (the handler never ends by itself)."""
+    app = _app(dsn, schema)
+    attempts: list[int] = []
+
+    @app.task(name="forever", max_runtime=0.3, renew="alive", max_attempts=2)
+    async def forever(ctx: leaseq.JobContext, payload: Any) -> None:
+        attempts.append(ctx.attempt)
+        await asyncio.Event().wait()
+
+    job_id = client.enqueue("forever", max_attempts=2)
+    stats = await asyncio.wait_for(leaseq.Worker(app, _config(lease_seconds=600)).run(), 30)
+    job = _job(client, job_id)
+    assert attempts == [1, 2]
+    assert (job.status, job.last_error_code) == (JobStatus.DEAD, "MAX_RUNTIME_EXCEEDED")
+    assert stats.aborted == {"MAX_RUNTIME_EXCEEDED": 2}
+
+
 async def test_operator_cancel_stops_a_running_handler(
     dsn: str, schema: str, client: leaseq.Client
 ) -> None:
