@@ -117,10 +117,13 @@ class AsyncStepOps(AsyncPayloadOps):
         until: float | None,
         signal: str | None,
         poll: float | None = None,
+        children: list[int] | None = None,
     ) -> WaitOutcome:
         """At a sleep or a wait: under the job's row lock (so no signal's send can slip
         between), deliver the awaited signal into the step's record, record the timeout,
-        go on (a sleep that is due), or suspend the job — in one transaction."""
+        go on (a sleep that is due), or suspend the job — in one transaction. A gather
+        (``children``) also takes its gate row, so that no child's end slips between its
+        look at the children ("ready": all ended) and its suspension."""
         async with self._transaction() as conn:
             fenced = await self._rows("suspend_fence", self._fence(lease), conn)
             if not fenced:
@@ -128,6 +131,11 @@ class AsyncStepOps(AsyncPayloadOps):
             now, cancel = fenced[0]
             if cancel:
                 return "cancel", None
+            if children is not None:
+                await self._rows("gather_gate", {"id": lease.job_id, "children": children}, conn)
+                states = await self._rows("children_states", {"children": children}, conn)
+                if not any(r[1] in ("pending", "running", "suspended") for r in states):
+                    return "ready", None
             if poll is not None:  # gather: look again after ``poll`` s (database clock)
                 until = float(now) + poll
             sent = []

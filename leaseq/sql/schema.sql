@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 30
+-- schema version: 31
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -47,7 +47,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (27, 'children'),
   (28, 'sql_api_cancel_children'),
   (29, 'fair_wake'),
-  (30, 'job_cost');
+  (30, 'job_cost'),
+  (31, 'gather_wake');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -124,6 +125,8 @@ CREATE TABLE {schema}.jobs (
   -- Its cost (version 30): the units (slots) it takes of every concurrency limit that
   -- applies to it while it runs.
   cost integer NOT NULL DEFAULT 1,
+  -- The job that spawned this one (version 31, ctx.spawn): its end may wake that parent.
+  parent_id bigint,
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
   CONSTRAINT jobs_attempts_nonnegative CHECK (attempt_count >= 0),
   -- A running job always has an owner and an expiry; no other state keeps either, so a
@@ -2657,3 +2660,55 @@ CREATE TRIGGER jobs_fair_ready
         AND (OLD.status <> 'pending' OR OLD.blocked OR OLD.waiting)
         AND NOT (OLD.status::text = 'suspended' AND NEW.available_at = OLD.wake_at))
   EXECUTE FUNCTION {schema}.fair_key_ready();
+
+-- A gathering parent is woken by its last child's end (version 31, docs/durable.md): the
+-- parent's gate row (written at the spawn; the children its gather waits for, set by its
+-- suspension), and the trigger that every child's ending statement runs.
+CREATE TABLE {schema}.job_fanin (
+  parent_id bigint PRIMARY KEY,
+  children bigint[]
+);
+
+CREATE FUNCTION {schema}.child_ended()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+  PERFORM 1 FROM {schema}.job_fanin WHERE parent_id = NEW.parent_id FOR UPDATE;
+  WITH woken AS (
+    UPDATE {schema}.jobs AS p
+    SET status = 'pending', available_at = now(), wake_at = NULL, wait_signal = NULL,
+        suspend_reason = NULL
+    WHERE p.id = (
+        SELECT s.id FROM {schema}.jobs AS s
+        WHERE s.id = NEW.parent_id AND s.status = 'suspended'
+          AND s.suspend_reason = 'children'
+        FOR UPDATE SKIP LOCKED)
+      AND EXISTS (
+        SELECT 1 FROM {schema}.job_fanin AS f
+        WHERE f.parent_id = NEW.parent_id AND f.children IS NOT NULL)
+      AND NOT EXISTS (
+        SELECT 1 FROM {schema}.job_fanin AS f
+        CROSS JOIN LATERAL unnest(f.children) AS c(id)
+        JOIN {schema}.jobs AS k ON k.id = c.id
+        WHERE f.parent_id = NEW.parent_id
+          AND k.status IN ('pending', 'running', 'suspended'))
+    RETURNING p.id, p.lease_token, p.attempt_count,
+              pg_notify({schema}._api_channel(), p.queue_name)
+  )
+  INSERT INTO {schema}.job_events
+    (job_id, event, from_status, to_status, lease_token, attempt, detail)
+  SELECT id, 'woken', 'suspended', 'pending', lease_token, attempt_count,
+         'its children ended (job ' || NEW.id || ' last)'
+  FROM woken;
+  RETURN NULL;
+END
+$fn$;
+
+CREATE TRIGGER jobs_child_ended
+  AFTER UPDATE OF status ON {schema}.jobs
+  FOR EACH ROW
+  WHEN (NEW.parent_id IS NOT NULL
+        AND NEW.status IN ('succeeded', 'dead', 'cancelled')
+        AND OLD.status::text IN ('pending', 'running', 'suspended'))
+  EXECUTE FUNCTION {schema}.child_ended();

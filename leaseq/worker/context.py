@@ -463,13 +463,15 @@ class JobContext:
         self,
         children: list[int],
         *,
-        poll: float = 1.0,
+        poll: float = 60.0,
         return_failures: bool = False,
         name: str | None = None,
     ) -> list[Any]:
         """The stored results of ``children`` (sync handlers), once every one has ended:
-        until then the job is suspended (holding no lease, slot or connection) and looks
-        again every ``poll`` seconds. A child that ended dead or cancelled raises
+        until then the job is suspended (holding no lease, slot or connection) and is woken
+        by the end of the last of the children it spawned (``ctx.spawn``); it also looks
+        again every ``poll`` seconds (a fallback: children not spawned by it, a wake-up
+        skipped while another transaction held its row). A child that ended dead or cancelled raises
         :class:`ChildFailed`; with ``return_failures`` each child's outcome is returned
         as a dict (``JobResult``'s fields) instead. Recorded once as a step (``gather-N``)."""
         name = check_step_name(spawn_name(self, name, "gather"))
@@ -480,7 +482,7 @@ class JobContext:
         self,
         children: list[int],
         *,
-        poll: float = 1.0,
+        poll: float = 60.0,
         return_failures: bool = False,
         name: str | None = None,
     ) -> list[Any]:

@@ -5,8 +5,9 @@ A spawn is a step whose function enqueues the children through the step's transa
 records them in ``job_children`` there: the children, the rows naming them and the step's
 record commit together, so a parent that reruns gets their ids from the record and never
 spawns them twice. A gather looks at the children's states; while one is unfinished the
-parent is suspended (reason ``children``: no lease, slot or connection) and looks again
-after ``poll`` seconds; once all have ended, a step records their results, which every
+parent is suspended (reason ``children``: no lease, slot or connection) until the end of
+its last child wakes it (the database does, in that end's transaction: migration 31), or
+``poll`` seconds pass (a fallback); once all have ended, a step records their results, which every
 rerun gets back. A child that ended dead or cancelled raises :class:`ChildFailed` unless
 ``return_failures`` is asked for.
 """
@@ -67,6 +68,8 @@ def _unfinished(ctx: JobContext, states: list[str | None]) -> bool:
 
 
 def _suspend_outcome(ctx: JobContext, decision: Any) -> None:
+    if decision == "ready":  # every child ended meanwhile: no suspension
+        return
     if decision == "lost":
         ctx.abort(ErrorCode.LEASE_LOST)
         raise lease_lost(ctx.lease, "lease lost at a gather")
@@ -110,7 +113,9 @@ def run_gather(
         book.load([] if ctx.lease.token == 1 else client.step_records(ctx.job_id))
     record = book.records.get(name) if book.records else None
     if record is None and _unfinished(ctx, client.children_states(children)):
-        decision, _ = client.wait_point(ctx.lease, record=name, until=None, signal=None, poll=poll)
+        decision, _ = client.wait_point(
+            ctx.lease, record=name, until=None, signal=None, poll=poll, children=children
+        )
         _suspend_outcome(ctx, decision)
     found = None if record is not None else [client.job_result(c) for c in children]
     return list(ctx.step(name, lambda: _results(found or [], children, failures)))
@@ -126,7 +131,7 @@ async def run_gather_async(
     record = book.records.get(name) if book.records else None
     if record is None and _unfinished(ctx, await client.children_states(children)):
         decision, _ = await client.wait_point(
-            ctx.lease, record=name, until=None, signal=None, poll=poll
+            ctx.lease, record=name, until=None, signal=None, poll=poll, children=children
         )
         _suspend_outcome(ctx, decision)
     found = None if record is not None else [await client.job_result(c) for c in children]

@@ -97,6 +97,9 @@ steps_gone AS (
 ), children_gone AS (
   DELETE FROM {schema}.job_children AS k
   WHERE k.parent_id = ANY((SELECT ids FROM batch)::bigint[])
+), fanin_gone AS (
+  DELETE FROM {schema}.job_fanin AS n
+  WHERE n.parent_id = ANY((SELECT ids FROM batch)::bigint[])
 )
 
 -- name: restart_lock
@@ -115,10 +118,27 @@ DELETE FROM {schema}.job_steps WHERE job_id = %(id)s AND seq >= %(seq)s
 RETURNING name;
 
 -- name: children_record
--- The children a spawning step enqueued, in that step's transaction (with its record).
-INSERT INTO {schema}.job_children (parent_id, step, child_id)
-SELECT %(id)s, %(step)s, unnest(%(children)s::bigint[])
+-- The children a spawning step enqueued, in that step's transaction (with its record): their
+-- rows, each child naming its parent (its end may wake the parent: jobs_child_ended), and
+-- the parent's gate row, which exists before any child can end (they commit together).
+WITH linked AS (
+  INSERT INTO {schema}.job_children (parent_id, step, child_id)
+  SELECT %(id)s, %(step)s, unnest(%(children)s::bigint[])
+  ON CONFLICT DO NOTHING
+), named AS (
+  UPDATE {schema}.jobs SET parent_id = %(id)s WHERE id = ANY(%(children)s::bigint[])
+)
+INSERT INTO {schema}.job_fanin (parent_id) VALUES (%(id)s)
 ON CONFLICT DO NOTHING;
+
+-- name: gather_gate
+-- In a gather's suspension, after suspend_fence: the parent's gate row, held until the
+-- commit, with the children this gather waits for. A child's end takes the same row first
+-- (jobs_child_ended), so the children_states that follows sees every end committed before,
+-- and an end committed after finds the parent suspended and wakes it.
+UPDATE {schema}.job_fanin SET children = %(children)s::bigint[]
+WHERE parent_id = %(id)s
+RETURNING 1;
 
 -- name: children_states
 -- What gather waits for: each child's status (NULL: the row is gone), in the order given.

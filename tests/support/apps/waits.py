@@ -103,3 +103,20 @@ def flow(ctx: leaseq.JobContext, payload: dict[str, Any]) -> Any:
     decision = ctx.wait_for("go", timeout=300)
     three = slow_step("three")
     return [one, two, decision, three]
+
+
+@app.task(name="slow_kid", store_result=True)
+def slow_kid(ctx: leaseq.JobContext, payload: dict[str, Any]) -> int:
+    with pathlib.Path(payload["dir"], "calls").open("a") as calls:
+        calls.write(f"kid{payload['n']} {ctx.fencing_token} {os.getpid()}\n")
+    go = pathlib.Path(payload["dir"], "go")
+    while not go.exists():  # the test takes the parent's gate row first
+        ctx.progress()
+        time.sleep(0.05)
+    return int(payload["n"]) * 10
+
+
+@app.task(name="gatherer", store_result=True)
+def gatherer(ctx: leaseq.JobContext, payload: dict[str, Any]) -> Any:
+    ids = ctx.spawn_many([("slow_kid", {"n": n, "dir": payload["dir"]}) for n in (1, 2)])
+    return ctx.gather(ids, poll=3600)  # only a child's end can wake it within the test
