@@ -24,6 +24,7 @@ from leaseq.web.actions import Actions, RefusalPage
 from leaseq.web.bulk import BulkActions
 from leaseq.web.context import HERE, Web, make_templates
 from leaseq.web.extras import extra_routes, render_extra
+from leaseq.web.fair_pages import FairPages
 from leaseq.web.guard import Guard
 from leaseq.web.ops_pages import OpsPages
 from leaseq.web.pages import Pages
@@ -99,6 +100,7 @@ def create_app(
     if allowed_hosts is None:
         allowed_hosts = LOOPBACK_NAMES if auth is None else ["*"]
     pages = Pages(web)
+    fair = FairPages(web)
     ops = OpsPages(web)
     bulk = BulkActions(web)
     actions = Actions(web, pages)
@@ -141,6 +143,8 @@ def create_app(
         Route("/", pages.overview),
         Route("/partials/overview", pages.overview_fragment),
         Route("/queues/{name}", pages.queue),
+        Route("/queues/{name}/keys", fair.page),
+        post("/queues/{name}/keys/weight", "weight", fair.set_weight, fair.refusal),
         Route("/jobs", pages.jobs),
         Route("/jobs/{job_id}", pages.job),
         Route("/dead", pages.dead),

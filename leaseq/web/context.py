@@ -29,7 +29,18 @@ from leaseq.web.security import (
 HERE = pathlib.Path(__file__).resolve().parent
 
 #: Every action the dashboard offers (the names ``authorize`` is asked about).
-ACTIONS = ("replay", "purge", "cancel", "skip", "pause", "resume", "schedule", "limit", "run")
+ACTIONS = (
+    "replay",
+    "purge",
+    "cancel",
+    "skip",
+    "pause",
+    "resume",
+    "schedule",
+    "limit",
+    "run",
+    "weight",
+)
 
 
 def make_templates() -> Jinja2Templates:

@@ -15,11 +15,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from leaseq.codec import shown as at_rest
-from leaseq.errors import LeaseqError
+from leaseq.errors import ConfigError, LeaseqError
 from leaseq.models import Job, QueueStats
 from leaseq.rules.replicas import unknown_lag_line
 from leaseq.web import forms
 from leaseq.web.context import Web
+from leaseq.web.fair_pages import TOP_KEYS_ON_QUEUE, key_rows
 
 PAGE_SIZE = 50
 
@@ -98,8 +99,14 @@ class Pages:
         row = next((r for r in context["rows"] if r["stats"].queue == name), None)
         jobs = await self.web.client.web_jobs(queue=name, limit=20)
         pauses = [p for p in context["pauses"] if p.scope == "queue" and p.value == name]
+        try:
+            keys = key_rows(await self.web.client.fair_keys(name, limit=TOP_KEYS_ON_QUEUE))
+        except ConfigError:  # not a queue name leaseq accepts: no keys to show
+            keys = []
         return self.web.render(
-            request, "queue.html", {"name": name, "row": row, "jobs": jobs, "pauses": pauses}
+            request,
+            "queue.html",
+            {"name": name, "row": row, "jobs": jobs, "pauses": pauses, "keys": keys},
         )
 
     async def jobs(self, request: Request) -> Response:

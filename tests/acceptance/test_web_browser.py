@@ -295,3 +295,49 @@ def test_overview_filter_open_dead_job_replay_it(
     job = client.get_job(dead)
     assert job is not None and job.status == "pending"
     assert errors == []
+
+
+def test_a_fair_queues_keys_and_a_weight_edit(
+    server: str, client: leaseq.Client, tmp_path: pathlib.Path
+) -> None:
+    # A fair queue: its page lists its keys by backlog (weight, running, share, parked) and
+    # links to the full list, where a key's weight is set with a reason (audited, the
+    # user as the actor) and the shares follow.
+    client.enqueue_many([{"task": "report", "fairness_key": "acme"} for _ in range(30)])
+    client.enqueue_many([{"task": "report", "fairness_key": "globex"} for _ in range(10)])
+    client.enqueue("report", fairness_key="initech")
+    assert len(client.claim("default", worker="host-a:1", limit=3)) == 3  # one of each key
+    client.enqueue("report", fairness_key="initech")  # a backlog of 29, 9 and 1
+    shots = _shots(tmp_path)
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=tool_path("chromium"), headless=True, args=["--no-sandbox"]
+        )
+        context = browser.new_context(
+            http_credentials={"username": USER, "password": PASSWORD},
+            viewport={"width": 1100, "height": 640},
+        )
+        page: Page = context.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(server + "/queues/default")
+        table = page.locator("#fair-keys")
+        expect(table.locator("tbody tr").first).to_contain_text("acme")
+        page.click("text=All keys of default")
+        expect(page).to_have_url(server + "/queues/default/keys")
+        first = page.locator("#fair-keys tbody tr").first
+        expect(first).to_contain_text("acme")
+        expect(first).to_contain_text("33.3 %")  # 1 of the 3 keys with a backlog, weight 1
+        page.screenshot(path=str(shots / "fair-keys.png"), full_page=True)
+        page.fill("#fair-keys tbody tr:first-child input[name=weight]", "2")
+        page.fill("#fair-keys tbody tr:first-child input[name=reason]", "enterprise plan")
+        page.click("#fair-keys tbody tr:first-child button")
+        expect(page.locator(".flash.ok")).to_contain_text("key 'acme': weight 2")
+        expect(page.locator("#fair-keys tbody tr").first).to_contain_text("50.0 %")
+        browser.close()
+    assert errors == []
+    weights = {k.key: k.weight for k in client.fair_keys("default")}
+    assert weights["acme"] == 2.0
+    event = next(e for e in client.admin_events() if e.action == "fair_weight")
+    assert event.actor == "web:ops" and event.reason == "enterprise plan"
