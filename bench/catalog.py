@@ -40,6 +40,7 @@ def build_scenarios(backlogs: Sequence[int] = DEFAULT_BACKLOGS) -> tuple[Scenari
         *drain.SCENARIOS_1P,
         peer_drains.PGQUEUER_2P,
         *drain.SCENARIOS_2P,
+        dataclasses.replace(drain.ADAPTIVE_2P, default=False),  # --only drain-leaseq-adaptive-2p
         *graphile.SCENARIOS,  # opt-in: Node.js and `npm ci` in bench/peers/graphile
         *peer_drains.OTHERS,
         regression.SCENARIO,

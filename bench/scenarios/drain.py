@@ -100,11 +100,15 @@ def finish_raw(series: dict[str, Series]) -> None:
             adopt_best(series, f"{RAW_LIMIT}-{clock}", best, label)
 
 
-def leaseq_drain(settings: Settings, name: str, task: str, processes: int) -> dict[str, Sample]:
-    """A real ``leaseq worker --burst`` (``--processes N`` above 1) on N no-op jobs."""
+def leaseq_drain(
+    settings: Settings, name: str, task: str, processes: int, extra: tuple[str, ...] = ()
+) -> dict[str, Sample]:
+    """A real ``leaseq worker --burst`` (``--processes N`` above 1, then ``extra``) on N
+    no-op jobs."""
     with fresh_schema(settings.dsn, name) as client:
         fill_queue(settings.dsn, client, settings.jobs, task=task)
-        options = ("--processes", str(processes)) if processes > 1 else ()
+        options: tuple[str, ...] = ("--processes", str(processes)) if processes > 1 else ()
+        options += extra
         # The supervisor starts its children as `python -m leaseq` without -P, so their
         # sys.path begins with the working directory: run them in the directory leaseq
         # was imported from, so they import the same leaseq as this process.
@@ -121,11 +125,14 @@ def leaseq_drain(settings: Settings, name: str, task: str, processes: int) -> di
     return {f"{name}-db": Sample(processed, db), f"{name}-wall": Sample(processed, wall)}
 
 
-def drain_scenario(name: str, task: str, processes: int, what: str) -> Scenario:
+def drain_scenario(
+    name: str, task: str, processes: int, what: str, extra: tuple[str, ...] = ()
+) -> Scenario:
     def fn(settings: Settings) -> dict[str, Sample]:
-        return leaseq_drain(settings, name, task, processes)
+        return leaseq_drain(settings, name, task, processes, extra)
 
     flag = f" --processes {processes}" if processes > 1 else ""
+    flag += "".join(f" {e}" for e in extra)
     return Scenario(
         name,
         f"`leaseq worker --burst{flag}` draining N no-op jobs, {what} handler",
@@ -163,6 +170,10 @@ ASYNC_1P = drain_scenario("drain-leaseq", TASK, 1, "async")
 SYNC_1P = drain_scenario("drain-leaseq-sync", SYNC_TASK, 1, "sync")
 ASYNC_2P = drain_scenario("drain-leaseq-2p", TASK, 2, "async")
 SYNC_2P = drain_scenario("drain-leaseq-sync-2p", SYNC_TASK, 2, "sync")
+# Claims sized by the round trip (issue 35), opt-in: its ratio to drain-leaseq-2p.
+ADAPTIVE_2P = drain_scenario(
+    "drain-leaseq-adaptive-2p", TASK, 2, "async adaptive-batch", ("--adaptive-batch",)
+)
 
 
 def _ratios() -> list[Ratio]:
@@ -198,6 +209,14 @@ def _ratios() -> list[Ratio]:
     out.append(
         Ratio("leaseq async 2p / 1p, start-up excluded", "drain-leaseq-2p-db", "drain-leaseq-db")
     )
+    for clock, label in CLOCKS.items():
+        out.append(
+            Ratio(
+                f"leaseq --adaptive-batch / fixed batch, async 2p, {label}",
+                f"drain-leaseq-adaptive-2p-{clock}",
+                f"drain-leaseq-2p-{clock}",
+            )
+        )
     return out
 
 

@@ -85,6 +85,11 @@ class WorkerConfig:
       charged) at shutdown.
     - ``lease_seconds``: lease length (per queue overridable); renewed every third of it.
     - ``batch_size``: most jobs claimed in one statement (further bounded by free slots).
+    - ``adaptive_batch``: size claims by their measured round trip instead: each claim's size
+      and time feed a fit of its fixed and per-job cost, and claims ask for the size at which
+      the fixed part is a tenth of the claim (up to the claim limit, 1,000); up to that many
+      leases are then held beyond the slots (at most ``concurrency``). A queue's own
+      ``batch=N`` stays fixed. See ``leaseq.rules.batching``.
     - ``claims_in_flight``: while the queues are busy (a claim came back full), up to this
       many claim statements run at once; one at a time caps a worker at one batch per
       round trip. An idle worker polls with one.
@@ -125,6 +130,12 @@ class WorkerConfig:
         metadata=_cli("Renew leases this often (seconds). Default: a third of the lease."),
     )
     batch_size: int = field(default=100, metadata=_cli("Most jobs claimed in one statement."))
+    adaptive_batch: bool = field(
+        default=False,
+        metadata=_cli(
+            "Size claims (and prefetch) by the measured round trip instead of --batch-size."
+        ),
+    )
     claims_in_flight: int = field(
         default=2, metadata=_cli("Claim statements at once while the queues are busy.")
     )

@@ -12,6 +12,13 @@ holds its queues back, and sleeps until then rather than the whole poll interval
 sends no wake-up when its next token frees up. Jobs held back by a concurrency limit are
 claimed when this worker frees a slot, on a wake-up, or at the next poll.
 
+With ``adaptive_batch`` the claim size is not fixed: each claim's size and time feed a fit
+of its fixed and per-job cost (``leaseq.rules.batching``), and the next claims ask for the
+size that amortises the fixed part (the round trip, the commit), up to the claim limit; the
+worker then also holds up to that many leases beyond its slots (bounded by its concurrency),
+so a claim of that size can be taken while the slots run. A queue's own ``batch=N`` stays
+fixed. Every job still has its own fenced lease, renewed by the lease keeper.
+
 A claim that fails on bad *data* (a row the statement or its decoding cannot handle) is
 logged, counted, and its queue backed off; the other queues keep being claimed. Outages
 are the primary claimer's to report; any other error stops the worker.
@@ -26,8 +33,10 @@ from collections.abc import Callable
 
 import psycopg
 
+from leaseq import validate
 from leaseq.client_async import AsyncClient
 from leaseq.models import Lease
+from leaseq.rules.batching import ClaimCost, claim_size
 from leaseq.worker.config import QueueSettings, WorkerConfig
 from leaseq.worker.fairness import WeightedShares
 from leaseq.worker.inflight import InFlight, WorkerEvents
@@ -80,7 +89,9 @@ class Fetcher:
         self._reserved = 0
         self._busy = asyncio.Event()
         self._done = False
-        self._round_cap = sum(config.batch_for(q) for q in config.queue_settings)
+        # The claim size of queues without their own (adaptive_batch), and its cost fit.
+        self._target = config.batch_size
+        self._cost = ClaimCost()
         self._shares = WeightedShares([q.weight for q in config.queue_settings])
         # Queues whose last claim failed on bad data: consecutive failures, and when to try
         # that queue again.
@@ -208,12 +219,26 @@ class Fetcher:
             if not claimed or exhausted:
                 self._busy.clear()
 
+    def _batch(self, queue: QueueSettings) -> int:
+        """Most jobs one claim from ``queue`` may take."""
+        if queue.batch_size is not None or not self.config.adaptive_batch:
+            return self.config.batch_for(queue)
+        return self._target
+
+    def _prefetch(self) -> int:
+        """Leases held beyond the slots: the configured prefetch, or with adaptive_batch
+        one claim of the current size (never more than the concurrency)."""
+        cfg = self.config
+        if not cfg.adaptive_batch:
+            return cfg.prefetch
+        return max(cfg.prefetch, min(cfg.concurrency, self._target))
+
     def _free_slots(self) -> int:
         """Slots neither running a job nor promised to a claim in flight; one claim round
         takes at most one batch per queue, so the other claimers get the rest."""
         cfg = self.config
-        free = cfg.concurrency + cfg.prefetch - len(self.inflight) - self._reserved
-        return min(free, self._round_cap)
+        free = cfg.concurrency + self._prefetch() - len(self.inflight) - self._reserved
+        return min(free, sum(self._batch(q) for q in cfg.queue_settings))
 
     async def _reserved_round(self, free: int, *, helper: bool = False) -> tuple[int, bool]:
         self._reserved += free
@@ -242,7 +267,7 @@ class Fetcher:
         while free - claimed > 0 and any(hungry):
             shares = self._shares.split(free - claimed, hungry, picks=CLAIMS_PER_ROUND)
             for i, queue in enumerate(queues):
-                want = min(shares[i], self.config.batch_for(queue))
+                want = min(shares[i], self._batch(queue))
                 if want <= 0:
                     continue
                 leases = await self._claim(queue, want)
@@ -266,7 +291,16 @@ class Fetcher:
             self._claim_failed(queue.name, exc)
             return []
         self._bad.pop(queue.name, None)
-        self.events.claimed(queue.name, leases, time.monotonic() - sent)
+        took = time.monotonic() - sent
+        if self.config.adaptive_batch and queue.batch_size is None:
+            self._cost = self._cost.observe(len(leases), took)
+            self._target = claim_size(
+                self._cost,
+                current=max(limit, self._target),
+                floor=1,
+                ceiling=validate.CLAIM_LIMIT_MAX,
+            )
+        self.events.claimed(queue.name, leases, took)
         for lease in leases:
             self._start(lease, sent + lease_seconds)
         return leases
