@@ -247,7 +247,7 @@ def test_the_record_is_fenced_and_unique(dsn: str, schema: str, client: leaseq.C
     assert [s[0] for s in _steps(dsn, schema, job_id)] == ["s"]
 
 
-async def test_prune_and_purge_delete_step_records_with_their_jobs(
+async def test_prune_and_purge_delete_step_and_effect_records_with_their_jobs(
     dsn: str, schema: str, client: leaseq.Client
 ) -> None:
     app = _app(dsn, schema)
@@ -255,20 +255,25 @@ async def test_prune_and_purge_delete_step_records_with_their_jobs(
     @app.task(name="done")
     def done(ctx: leaseq.JobContext, payload: Any) -> None:
         ctx.step("s", lambda: 1)
+        ctx.effect("e", lambda key: key)
 
     @app.task(name="dies")
     def dies(ctx: leaseq.JobContext, payload: Any) -> None:
         ctx.step("s", lambda: 1)
+        ctx.effect("e", lambda key: key)
         raise leaseq.Permanent("NO")
 
     finished, dead = client.enqueue("done"), client.enqueue("dies")
     await asyncio.wait_for(leaseq.Worker(app, _config()).run(), 60)
     assert len(_steps(dsn, schema, finished)) == len(_steps(dsn, schema, dead)) == 1
+    assert rows(dsn, "SELECT count(*) FROM {s}.job_effects", schema) == [(2,)]
     run_sql(dsn, "UPDATE {s}.jobs SET finished_at = now() - interval '2 days'", schema)
     assert client.prune(older_than=3600) >= 1
     assert client.purge_dead(task="dies", reason="test", actor="t") == 1
     assert client.get_job(finished) is None and client.get_job(dead) is None
     assert rows(dsn, "SELECT count(*) FROM {s}.job_steps", schema) == [(0,)]
+    # A purged dead job's effect records go with it (they may hold its data: results).
+    assert rows(dsn, "SELECT count(*) FROM {s}.job_effects", schema) == [(0,)]
 
 
 async def test_the_example_of_docs_durable_runs_as_pasted(

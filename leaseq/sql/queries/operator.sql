@@ -147,8 +147,8 @@ SELECT count(*) FROM {schema}.jobs WHERE {_job_filter};
 -- Deletes dead jobs an operator chose, in bounded batches (ids from replay_candidates, whose
 -- ordering keys the caller has locked: a purged dead head must let its key move on, so the
 -- caller re-decides those keys' heads in the same transaction). Their audit trail stays,
--- with a final 'purged' row saying who removed them and why; their step records go
--- (_steps_deleted).
+-- with a final 'purged' row saying who removed them and why; their step and effect
+-- records go (_job_records_deleted).
 WITH doomed AS (
   SELECT id, status, lease_token, attempt_count
   FROM {schema}.jobs
@@ -162,7 +162,7 @@ WITH doomed AS (
   DELETE FROM {schema}.jobs AS j USING doomed WHERE j.id = doomed.id RETURNING j.id
 ), batch AS (
   SELECT ARRAY(SELECT id FROM doomed) AS ids
-), {_steps_deleted}, {_payloads_deleted}
+), {_job_records_deleted}, {_payloads_deleted}
 INSERT INTO {schema}.job_events
   (job_id, event, from_status, actor, lease_token, attempt, detail)
 SELECT doomed.id, 'purged', doomed.status, %(actor)s, doomed.lease_token,
@@ -172,7 +172,7 @@ RETURNING job_id;
 
 -- name: prune_finished
 -- Retention: removes succeeded and cancelled jobs older than the cut-off, their trail, step
--- records (_steps_deleted) and offloaded payloads (_payloads_deleted),
+-- and effect records (_job_records_deleted) and offloaded payloads (_payloads_deleted),
 -- in bounded batches. It locks only finished rows (SKIP LOCKED), which no claim touches,
 -- so pruning never delays a claim. It reads jobs_prunable_idx oldest first and stops at
 -- the cut-off: a batch reads about the rows it deletes, not the retention window or the
@@ -195,8 +195,6 @@ WITH doomed AS (
   SELECT ARRAY(SELECT id FROM doomed) AS ids
 ), trail AS (
   DELETE FROM {schema}.job_events AS e WHERE e.job_id = ANY((SELECT ids FROM batch)::bigint[])
-), effects AS (
-  DELETE FROM {schema}.job_effects AS f WHERE f.job_id = ANY((SELECT ids FROM batch)::bigint[])
-), {_steps_deleted}, {_payloads_deleted}
+), {_job_records_deleted}, {_payloads_deleted}
 DELETE FROM {schema}.jobs AS j WHERE j.id = ANY((SELECT ids FROM batch)::bigint[])
 RETURNING j.id;

@@ -87,10 +87,13 @@ FROM {schema}.job_steps
 WHERE job_id = %(id)s
 ORDER BY seq;
 
--- name: _steps_deleted
--- (CTE batch with an array ids: jobs this statement deletes.) Their step records and
--- signals go in the same statement: retention and purge never leave either without its job.
-steps_gone AS (
+-- name: _job_records_deleted
+-- (CTE batch with an array ids: jobs this statement deletes.) Their step records, signals,
+-- children links and effect records go in the same statement: retention and purge never
+-- leave any of them without its job (an effect record may hold the job's data).
+effects_gone AS (
+  DELETE FROM {schema}.job_effects AS f WHERE f.job_id = ANY((SELECT ids FROM batch)::bigint[])
+), steps_gone AS (
   DELETE FROM {schema}.job_steps AS s WHERE s.job_id = ANY((SELECT ids FROM batch)::bigint[])
 ), signals_gone AS (
   DELETE FROM {schema}.job_signals AS g WHERE g.job_id = ANY((SELECT ids FROM batch)::bigint[])
