@@ -70,10 +70,11 @@ def drop_schema(dsn: str, schema: str) -> None:
 
 
 @contextlib.contextmanager
-def fresh_schema(dsn: str, scenario: str) -> Iterator[leaseq.Client]:
-    """A newly migrated schema and a sync client on it; the schema is dropped afterwards."""
+def fresh_schema(dsn: str, scenario: str, **options: Any) -> Iterator[leaseq.Client]:
+    """A newly migrated schema and a sync client on it (with ``options``, e.g.
+    offload_above); the schema is dropped afterwards."""
     schema = new_schema_name(scenario)
-    client = leaseq.Client(dsn, schema=schema)
+    client = leaseq.Client(dsn, schema=schema, **options)
     try:
         client.migrate()  # also opens the client's pool, so no sample pays for connecting
         yield client

@@ -23,6 +23,11 @@ from leaseq.errors import ConfigError
 OFFLOADED = "leaseq:ref"
 #: Uploads and downloads of one batch run this many at a time.
 _PARALLEL = 16
+#: Offloaded payloads one fetch statement of a claim reads, about (bytes, by their markers).
+#: One statement for a claim's hundred 1 MB payloads made the server read all of them while
+#: the worker waited, then the worker decode all of them while the server idled; in parts,
+#: on two connections, each part decoded as it arrives, the two overlap (issue 34).
+FETCH_PART_BYTES = 4 * 1024 * 1024
 #: The smallest offload threshold accepted: below it a marker is not much smaller.
 MIN_OFFLOAD_ABOVE = 256
 
@@ -38,6 +43,36 @@ def marker(store: str, size: int) -> str:
 
 def describe(value: Mapping[str, Any]) -> str:
     return f"(offloaded to {value.get(OFFLOADED)}, {value.get('bytes')} bytes)"
+
+
+def fetch_parts(sizes: Sequence[tuple[int, int]], part_bytes: int | None = None) -> list[list[int]]:
+    """Job ids in fetch parts of about ``part_bytes`` (default FETCH_PART_BYTES) each, by
+    the sizes their markers give, in order; a part has at least one id."""
+    limit = FETCH_PART_BYTES if part_bytes is None else part_bytes
+    parts: list[list[int]] = []
+    total = 0
+    for job_id, size in sizes:
+        if not parts or total + size > limit:
+            parts.append([])
+            total = 0
+        parts[-1].append(job_id)
+        total += size
+    return parts
+
+
+def marked_bytes(value: Any) -> int:
+    """The size an offloaded payload's marker gives (0 when it gives none)."""
+    size = value.get("bytes") if type(value) is dict else None
+    return size if type(size) is int and size > 0 else 0
+
+
+def decoded(text: str) -> Any:
+    """A fetched payload's JSON text, decoded; one that does not decode, its ValueError
+    (the claim ends that job dead, INVALID_PAYLOAD, and keeps the others)."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        return exc
 
 
 @dataclass

@@ -33,6 +33,9 @@ REPLACEMENTS: list[tuple[str, str]] = [
     (r"\basync for\b", "for"),
     (r"\bawait asyncio\.to_thread\(([\w.]+), ", r"\1("),
     (r"\bawait asyncio\.sleep\(", "time.sleep("),
+    # Awaitables run at once in async, one after the other in sync: the list comprehension
+    # of calls is the list of their results there.
+    (r"\bawait asyncio\.gather\(\*(\[[^\]]*\])\)", r"\1"),
     (r"\bawait ", ""),
     # AsyncConnectionPool, AsyncConnection, AsyncIterator, AsyncClient, AsyncLeaseOps, ...
     (r"\bAsync([A-Z]\w*)\b", r"\1"),

@@ -57,13 +57,13 @@ def run_sustained(opts: Options, run: Run) -> None:
     interval. The contexts unwind in order: producer, workers (SIGTERM), schema."""
     with (
         tempfile.TemporaryDirectory(prefix="leaseq-sustained-") as log_dir,
-        fresh_schema(opts.dsn, "sustained") as client,
+        fresh_schema(opts.dsn, "sustained", offload_above=opts.offload_above) as client,
         connect(opts.dsn) as conn,
         running_workers(opts, client.schema, log_dir, run.workers) as workers,
     ):
         statements = has_statements(conn)
         before = take_snapshot(conn, client, workers, None, statements)
-        with producing(client, opts.rate) as producer:
+        with producing(client, opts.rate, opts.payload_bytes) as producer:
             started = producer.started_at
             before = dataclasses.replace(before, at=started)
             for i in range(1, opts.samples + 1):
@@ -137,6 +137,20 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     p.add_argument("--batch", "-b", type=positive(int), default=100, help="--batch-size")
     p.add_argument("--workers", type=positive(int), default=1, help="worker processes")
     p.add_argument(
+        "--payload-bytes",
+        type=positive(int),
+        default=None,
+        help="give each job a payload of about this many bytes of random text "
+        "(default: a few bytes); e.g. 1000000 with a --rate of tens of jobs/s",
+    )
+    p.add_argument(
+        "--offload-above",
+        type=positive(int),
+        default=None,
+        help="the producer's offload_above: payloads over this many bytes go to the "
+        "payloads table, not the jobs row (docs/payloads.md)",
+    )
+    p.add_argument(
         "--out",
         type=pathlib.Path,
         default=DEFAULT_OUT,
@@ -159,6 +173,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         workers=args.workers,
         own_server=args.own_server,
         out=args.out,
+        payload_bytes=args.payload_bytes or 0,
+        offload_above=args.offload_above,
     )
 
 

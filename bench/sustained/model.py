@@ -22,7 +22,9 @@ class TableStats:
     last_autovacuum: str | None
     autoanalyzes: int
     deleted_tuples: int  # rows deleted since the table was created: the prune's work
-    sizes: Sizes  # pg_relation_size of each table (main fork) and each index, by name
+    sizes: Sizes  # pg_relation_size of each table (main fork) and each index, by name;
+    # with each table's TOAST (heap and index) as "<table> (toast)"
+    toast_bytes: int = 0  # the jobs table's TOAST: where inline payloads over ~2 KB go
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ class Options:
     workers: int
     own_server: bool
     out: pathlib.Path
+    payload_bytes: int = 0  # 0: the payload is {"n": i}; else {"n": i, "data": N chars}
+    offload_above: int | None = None  # the producer's App(offload_above=) (payloads table)
 
     @property
     def samples(self) -> int:

@@ -44,6 +44,7 @@ def progress_line(iv: Interval) -> str:
         f"[{iv.t:5.0f}s] offered {iv.offered_per_s:,.0f}/s  finished {iv.finished_per_s:,.0f}/s"
         f"  backlog {iv.backlog:,} (oldest {iv.oldest_age:.1f}s)"
         f"  table {t.table_bytes / MB:.1f} MB  index {t.index_bytes / MB:.1f} MB"
+        f"  toast {t.toast_bytes / MB:.1f} MB"
         f"  live {t.live_tuples:,}  dead {t.dead_tuples:,}  autovacuums {t.autovacuums}"
         f"  pruned {iv.pruned_per_s:,.0f}/s (busy {_pct(iv.prune_busy)} %,"
         f" {_ms(iv.prune_ms_mean)} ms/batch)"
@@ -83,6 +84,8 @@ def summarize(intervals: Sequence[Interval]) -> dict[str, Any]:
         "table_bytes_end": last.table.table_bytes,
         "index_bytes_start": warm.table.index_bytes,
         "index_bytes_end": last.table.index_bytes,
+        "toast_bytes_start": warm.table.toast_bytes,
+        "toast_bytes_end": last.table.toast_bytes,
         "live_tuples_start": warm.table.live_tuples,
         "live_tuples_end": last.table.live_tuples,
         "dead_tuples_max": max(iv.table.dead_tuples for iv in intervals),
@@ -106,6 +109,7 @@ def intervaltable(intervals: Sequence[Interval]) -> str:
         "oldest s",
         "table MB",
         "index MB",
+        "toast MB",
         "live rows",
         "dead tuples",
         "autovacuums",
@@ -125,6 +129,7 @@ def intervaltable(intervals: Sequence[Interval]) -> str:
             f"{iv.oldest_age:.1f}",
             f"{iv.table.table_bytes / MB:.1f}",
             f"{iv.table.index_bytes / MB:.1f}",
+            f"{iv.table.toast_bytes / MB:.1f}",
             f"{iv.table.live_tuples:,}",
             f"{iv.table.dead_tuples:,}",
             str(iv.table.autovacuums),
@@ -176,6 +181,10 @@ def summarytable(s: dict[str, Any]) -> str:
             "index size, start -> end",
             f"{_mb(s['index_bytes_start'])} -> {_mb(s['index_bytes_end'])}",
         ],
+        [
+            "TOAST size (heap and index), start -> end",
+            f"{_mb(s['toast_bytes_start'])} -> {_mb(s['toast_bytes_end'])}",
+        ],
         ["live rows, start -> end", f"{s['live_tuples_start']:,} -> {s['live_tuples_end']:,}"],
         ["rows deleted (pruned) in the whole run", f"{s['deleted_tuples']:,}"],
         ["dead tuples, max", f"{s['dead_tuples_max']:,}"],
@@ -200,7 +209,10 @@ def header(opts: Options, info: dict[str, Any]) -> str:
         f"minutes={opts.minutes:g} rate={opts.rate:g}/s interval={opts.interval:g}s "
         f"retention={opts.retention} prune-interval={opts.prune_interval} "
         f"concurrency={opts.concurrency} batch={opts.batch} "
-        f"workers={opts.workers}" + (" own-server" if opts.own_server else "")
+        f"workers={opts.workers}"
+        + (f" payload-bytes={opts.payload_bytes}" if opts.payload_bytes else "")
+        + (f" offload-above={opts.offload_above}" if opts.offload_above else "")
+        + (" own-server" if opts.own_server else "")
     )
 
 
@@ -217,6 +229,8 @@ def results_json(opts: Options, info: dict[str, Any], run: Run) -> dict[str, Any
             "batch": opts.batch,
             "workers": opts.workers,
             "own_server": opts.own_server,
+            "payload_bytes": opts.payload_bytes,
+            "offload_above": opts.offload_above,
             "tick": TICK,
         },
         "interrupted": run.interrupted,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -26,15 +27,23 @@ CATCH_UP_TICKS = 10  # a late producer sends at most this many ticks' jobs in on
 # flush theirs at most about once a second, so the figures trail the table by ~1 s.
 TABLE_STATS = """
 SELECT pg_relation_size(relid), pg_indexes_size(relid), n_live_tup, n_dead_tup,
-       autovacuum_count, last_autovacuum, autoanalyze_count, n_tup_del
+       autovacuum_count, last_autovacuum, autoanalyze_count, n_tup_del,
+       (SELECT coalesce(pg_total_relation_size(nullif(reltoastrelid, 0)), 0)
+        FROM pg_class WHERE oid = relid)
 FROM pg_stat_user_tables WHERE schemaname = %s AND relname = 'jobs'
 """
-# Every table (main fork: its heap) and index of the schema, by name: which index bloats.
+# Every table (main fork: its heap) and index of the schema, by name: which index bloats;
+# and each table's TOAST table with its index, where values over ~2 KB are kept (1 MB
+# payloads inline in jobs, or offloaded to payloads).
 RELATION_SIZES = """
-SELECT c.relname, pg_relation_size(c.oid)
+SELECT c.relname::text, pg_relation_size(c.oid)
 FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-WHERE n.nspname = %s AND c.relkind IN ('r', 'i')
-ORDER BY c.relname
+WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'i')
+UNION ALL
+SELECT c.relname || ' (toast)', pg_total_relation_size(c.reltoastrelid)
+FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND c.relkind = 'r' AND c.reltoastrelid <> 0
+ORDER BY 1
 """
 # The worker's prune statement (leaseq's prune_finished: the one that deletes jobs whose
 # finished_at is past the cut-off), summed over its entries in pg_stat_statements, which
@@ -61,10 +70,13 @@ class Producer(threading.Thread):
     (up to CATCH_UP_TICKS' worth), so the load is not silently lowered; ``behind()`` says
     how far the producer trails the schedule, and each sample reports it."""
 
-    def __init__(self, client: leaseq.Client, rate: float) -> None:
+    def __init__(self, client: leaseq.Client, rate: float, payload_bytes: int = 0) -> None:
         super().__init__(name="sustained-producer", daemon=True)
         self.client = client
         self.rate = rate
+        # Random text: real documents compress far less than repeated letters, which TOAST
+        # would shrink to nothing. One text for every job: it is the size that matters.
+        self.data = secrets.token_urlsafe(payload_bytes)[:payload_bytes] if payload_bytes else ""
         self.per_tick = max(1, round(rate * TICK))
         self.offered = 0
         self.started_at = 0.0
@@ -94,12 +106,16 @@ class Producer(threading.Thread):
                 if count > 0:
                     first = self.offered
                     self.client.enqueue_many(
-                        leaseq.JobSpec(TASK, {"n": first + i}, queue=QUEUE) for i in range(count)
+                        leaseq.JobSpec(TASK, self.payload(first + i), queue=QUEUE)
+                        for i in range(count)
                     )
                     self.offered += count
                 ticks = math.floor((now - self.started_at) / TICK) + 1
         except BaseException as exc:  # re-raised in the main thread by check()
             self.error = exc
+
+    def payload(self, n: int) -> dict[str, Any]:
+        return {"n": n, "data": self.data} if self.data else {"n": n}
 
     def check(self) -> None:
         """Raise, in the caller's thread, what stopped the producer."""
@@ -113,9 +129,9 @@ class Producer(threading.Thread):
 
 
 @contextlib.contextmanager
-def producing(client: leaseq.Client, rate: float) -> Iterator[Producer]:
+def producing(client: leaseq.Client, rate: float, payload_bytes: int = 0) -> Iterator[Producer]:
     """A started producer, stopped (and joined) on the way out, whatever happened."""
-    producer = Producer(client, rate)
+    producer = Producer(client, rate, payload_bytes)
     try:
         producer.start()
         yield producer
@@ -131,8 +147,9 @@ def table_stats(conn: psycopg.Connection[Any], schema: str) -> TableStats:
     row = conn.execute(TABLE_STATS, (schema,)).fetchone()
     if row is None:
         raise BenchError(f"no statistics for {schema}.jobs")
-    table, index, live, dead, autovac, last_autovac, autoanalyze, deleted = row
-    sizes = tuple((str(name), int(size)) for name, size in conn.execute(RELATION_SIZES, (schema,)))
+    table, index, live, dead, autovac, last_autovac, autoanalyze, deleted, toast = row
+    found = conn.execute(RELATION_SIZES, {"schema": schema})
+    sizes = tuple((str(name), int(size)) for name, size in found)
     return TableStats(
         table_bytes=int(table),
         index_bytes=int(index),
@@ -143,6 +160,7 @@ def table_stats(conn: psycopg.Connection[Any], schema: str) -> TableStats:
         autoanalyzes=int(autoanalyze),
         deleted_tuples=int(deleted),
         sizes=sizes,
+        toast_bytes=int(toast),
     )
 
 

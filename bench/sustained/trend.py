@@ -62,6 +62,7 @@ def flatness(intervals: Sequence[Interval]) -> dict[str, Any]:
         "pruned_per_s": trend(lambda iv: iv.pruned_per_s),
         "jobs_table_bytes": trend(lambda iv: iv.table.table_bytes),
         "jobs_index_bytes": trend(lambda iv: iv.table.index_bytes),
+        "jobs_toast_bytes": trend(lambda iv: iv.table.toast_bytes),
         "dead_tuples": trend(lambda iv: iv.table.dead_tuples),
         "sizes": sizes,
     }
@@ -89,6 +90,7 @@ def flatnesstable(f: dict[str, Any]) -> str:
         row("dead tuples (jobs)", f["dead_tuples"], 1, "tuples"),
         row("jobs heap MB", f["jobs_table_bytes"], MB, "MB"),
         row("jobs indexes MB", f["jobs_index_bytes"], MB, "MB"),
+        row("jobs TOAST MB", f["jobs_toast_bytes"], MB, "MB"),
     ]
     rows += [row(f"{name} MB", t, MB, "MB") for name, t in f["sizes"].items()]
     return table(

@@ -23,13 +23,16 @@ from leaseq.codes import ErrorCode
 from leaseq.errors import ConfigError, EncryptionError, PayloadError
 from leaseq.models import Lease
 from leaseq.ops.base import ClientBase
-from leaseq.payload_store import is_offloaded, marker
+from leaseq.payload_store import decoded, fetch_parts, is_offloaded, marked_bytes, marker
 from leaseq.rows import Unclaimable
 
 log = logging.getLogger("leaseq.payloads")
 
 #: Rows one rotation batch re-seals (one short transaction each).
 ROTATE_BATCH = 500
+#: Fetch statements of one claim's offloaded payloads that run at once, each on a pooled
+#: connection, each reading a part of about FETCH_PART_BYTES (``leaseq.payload_store``).
+FETCH_LANES = 2
 #: How old an unreferenced object must be before the orphan sweep deletes it: an enqueue
 #: uploads before its insert commits, and a slow transaction must not lose its payload.
 ORPHAN_GRACE = 3600.0
@@ -179,21 +182,22 @@ class PayloadOps(ClientBase):
         sealed = [x for x in leases if is_sealed(x.payload) or _is_callback(x.payload)]
         if not offloaded and not sealed:
             return leases
-        texts: dict[int, str | None] = {}
+        fetched: dict[int, Any] = {}
         if offloaded:
-            texts = self._fetch_payloads(offloaded, connection)
+            fetched = self._fetch_payloads(offloaded, connection)
         kept: list[Lease] = []
         for lease in leases:
             value = lease.payload
             try:
                 if is_offloaded(value):
-                    text = texts.get(lease.job_id)
-                    if text is None:
+                    value = fetched.get(lease.job_id, _MISSING)
+                    if value is _MISSING:
                         raise _Refused(
                             ErrorCode.PAYLOAD_MISSING,
-                            f"its payload is not in its store ({value.get('leaseq:ref')})",
+                            f"its payload is not in its store ({lease.payload.get('leaseq:ref')})",
                         )
-                    value = json.loads(text)
+                    if isinstance(value, ValueError):
+                        raise value
                 value = open_value(self.keyring, value, "payload")
                 if _is_callback(value):  # a batch callback: its own payload sealed inside
                     value = {
@@ -217,25 +221,48 @@ class PayloadOps(ClientBase):
 
     def _fetch_payloads(
         self, leases: Sequence[Lease], connection: Connection[Any] | None
-    ) -> dict[int, str | None]:
-        rows = self._rows("payloads_of", {"ids": [x.job_id for x in leases]}, connection)
-        texts: dict[int, str | None] = {}
+    ) -> dict[int, Any]:
+        """The offloaded payloads of ``leases``, decoded, by job id (a JSON text that does
+        not decode: its ValueError; a payload not in its store: absent). Read in parts of
+        about FETCH_PART_BYTES, on FETCH_LANES pooled connections at once (the caller's own
+        connection reads them one after the other), each part decoded as soon as it arrives:
+        the server reads the next part while this process decodes the last."""
+        parts = fetch_parts([(x.job_id, marked_bytes(x.payload)) for x in leases])
+        if connection is not None or len(parts) == 1:
+            return self._fetch_lane(parts, connection)
+        lanes = [parts[i::FETCH_LANES] for i in range(min(FETCH_LANES, len(parts)))]
+        found: dict[int, Any] = {}
+        for one in [self._fetch_lane(lane, None) for lane in lanes]:
+            found.update(one)
+        return found
+
+    def _fetch_lane(
+        self, parts: Sequence[Sequence[int]], connection: Connection[Any] | None
+    ) -> dict[int, Any]:
+        if connection is None:
+            with self._pooled() as conn:
+                return self._fetch_lane(parts, conn)
+        found: dict[int, Any] = {}
+        for ids in parts:
+            found.update(self._fetch_part(ids, connection))
+        return found
+
+    def _fetch_part(self, ids: Sequence[int], connection: Connection[Any]) -> dict[int, Any]:
+        rows = self._rows("payloads_of", {"ids": list(ids)}, connection)
+        texts: dict[int, str] = {}
         objects: list[tuple[int, str]] = []
         for job_id, store, data, object_key in rows:
             if store == "pg":
                 texts[int(job_id)] = data
             else:
                 objects.append((int(job_id), str(object_key)))
-        if objects:
-            if self.payload_store is None:
-                for job_id, _ in objects:
-                    texts[job_id] = None  # no store configured here: PAYLOAD_MISSING
-            else:
-                store = self.payload_store
-                found = store.get_many([key for _, key in objects])
-                for (job_id, _), body in zip(objects, found, strict=True):
-                    texts[job_id] = None if body is None else body.decode()
-        return texts
+        if objects and self.payload_store is not None:  # no store here: PAYLOAD_MISSING
+            store = self.payload_store
+            bodies = store.get_many([key for _, key in objects])
+            for (job_id, _), body in zip(objects, bodies, strict=True):
+                if body is not None:
+                    texts[job_id] = body.decode()
+        return {job_id: decoded(text) for job_id, text in texts.items()}
 
     def _open(self, value: Any, kind: str) -> Any:
         """A stored value as the application sees it (an EncryptionError when it is sealed
@@ -417,6 +444,9 @@ class PayloadOps(ClientBase):
 def _is_callback(value: Any) -> bool:
     """A batch callback's payload whose own payload (the callback signature's) is sealed."""
     return type(value) is dict and "batch_id" in value and is_sealed(value.get("payload"))
+
+
+_MISSING = object()
 
 
 class _Refused(Exception):

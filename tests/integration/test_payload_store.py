@@ -7,6 +7,7 @@ enqueue that died between its upload and its commit left behind."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ import psycopg
 import pytest
 
 import leaseq
-from leaseq import JobStatus
+from leaseq import JobStatus, payload_store
 from leaseq.codec import generate_key, is_sealed
 from leaseq.payload_store import S3Store, is_offloaded
 from tests.support.helpers import rows
@@ -180,3 +181,41 @@ def test_offload_settings_are_checked_in_one_line(dsn: str) -> None:
         leaseq.App(dsn, offload_above=10)
     with pytest.raises(leaseq.ConfigError, match="needs offload_above"):
         leaseq.App(dsn, payload_store=S3Store("b"))
+
+
+@pytest.mark.parametrize("how", ["async, two connections", "sync, in a transaction"])
+def test_a_claim_reads_its_payloads_in_parts_and_ends_only_the_bad_ones(
+    dsn: str, schema: str, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's offloaded payloads are read in parts (here about two payloads each): by
+    the async client on two pooled connections at once, by a claim in the caller's
+    transaction one part after the other. Every payload arrives whole and with its own
+    job; one gone from the store ends dead (PAYLOAD_MISSING), one whose stored text does
+    not decode too (INVALID_PAYLOAD), and the others are claimed."""
+    monkeypatch.setattr(payload_store, "FETCH_PART_BYTES", 2 * len(json.dumps(BIG)) + 200)
+    app = _app(dsn, schema)
+    docs = [{**BIG, "i": i} for i in range(11)]
+    ids = app.client.enqueue_many([{"task": "t", "payload": d} for d in docs])
+    gone, broken = ids[3], ids[6]
+    rows(dsn, f"DELETE FROM {{s}}.payloads WHERE job_id = {gone} RETURNING 1", schema)
+    rows(
+        dsn, f"UPDATE {{s}}.payloads SET data = 'nope' WHERE job_id = {broken} RETURNING 1", schema
+    )
+    if how.startswith("async"):
+
+        async def claim() -> list[leaseq.Lease]:
+            async with leaseq.AsyncClient(dsn, schema=schema) as client:
+                return await client.claim(worker="w", limit=20)
+
+        leases = asyncio.run(claim())
+    else:
+        with psycopg.connect(dsn) as conn:
+            leases = app.client.claim(worker="w", limit=20, connection=conn)
+            conn.commit()
+    assert {x.job_id: x.payload for x in leases} == {
+        i: d for i, d in zip(ids, docs, strict=True) if i not in (gone, broken)
+    }
+    for job, code in ((gone, "PAYLOAD_MISSING"), (broken, "INVALID_PAYLOAD")):
+        found = app.client.get_job(job)
+        assert found is not None and found.status is JobStatus.DEAD
+        assert found.last_error_code == code

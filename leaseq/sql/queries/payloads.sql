@@ -21,9 +21,11 @@ payloads_gone AS (
 -- name: store_payloads
 -- In the enqueue's transaction, after the jobs' insert (or a replace's update): each
 -- offloaded payload's row. A replaced payload's old object is queued for deletion.
+-- data is sent in binary (its placeholder ends in b): as an array literal the server parsed
+-- every character of megabytes of text, half of a 1 MB enqueue's time.
 WITH u AS (
   SELECT *
-  FROM unnest(%(ids)s::bigint[], %(stores)s::text[], %(data)s::text[],
+  FROM unnest(%(ids)s::bigint[], %(stores)s::text[], %(data)b::text[],
               %(object_keys)s::text[], %(bytes)s::int[], %(kids)s::text[])
     AS u(job_id, store, data, object_key, bytes, kid)
 ), old AS (
