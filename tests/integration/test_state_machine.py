@@ -3,7 +3,8 @@ complete, fail, heartbeat, release, lease expiry, sweep, cancel, replay, skip, p
 pause and resume, a queue concurrency limit set, lowered and removed, a task limit's slot
 rows, batches with callbacks and stored results, by several virtual workers, with the
 invariants of DESIGN.md section 3 (the per-key order of README "Ordering and fairness", no
-claim of a paused scope, slots held = the running leases claimed under a limit, at most one
+claim of a paused scope, slots held = the running leases claimed under a limit (each its
+job's cost in units: jobs of cost 2 and 3 among the others), at most one
 live job per unique key, a dependent promoted only after its dependencies, each batch's
 callback once and of the right kind, a stored result only from the final lease) checked
 after every step.
@@ -21,6 +22,7 @@ only moves in the database (leases expired and back-off skipped with SQL), never
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -49,6 +51,8 @@ from leaseq.states import TRANSITIONS, UNRECORDED_EVENTS, JobStatus, allowed
 WORKERS = ("w0", "w1", "w2")
 LEASE_SECONDS = 600.0  # never runs out by itself during a run: only the test expires leases
 MAX_UNFINISHED = 6  # enough jobs to interleave; more would only dilute the other rules
+#: The largest cost enqueue_costly draws (issue 32: a job takes its cost in units of each limit).
+MAX_COST = 3
 UNKNOWN_ATTEMPTS = 3  # RetryPolicy's default budget for failures of unknown cause
 TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
 FAIL_MODES = ("transient", "permanent", "unknown")
@@ -124,6 +128,7 @@ class JobModel:
     deps: dict[int, str] = field(default_factory=dict)  # dependency id -> on_dead
     waiting: bool = False
     promoted_at: int | None = None  # logical time it stopped waiting
+    cost: int = 1  # units of each concurrency limit it takes while it runs
 
     @property
     def live(self) -> bool:
@@ -191,6 +196,9 @@ class LeaseqMachine(RuleBasedStateMachine):
         self.task_slotted: set[tuple[int, int]] = set()
         #: A task limit on UNKEYED_TASK is in force (its slot rows are in held_slots too).
         self.task_limit = False
+        #: A job of cost above 1 was enqueued: from then on the queue limit is at least
+        #: MAX_COST (a cost above it would end the job dead at its claim, outside the model).
+        self.costly = False
         #: Batches: their members, and the callback each fired (kind), once fired.
         self.batches: dict[int, list[int]] = {}
         self.fired: dict[int, str] = {}
@@ -393,6 +401,22 @@ class LeaseqMachine(RuleBasedStateMachine):
 
     # -- claim -------------------------------------------------------------------------------
 
+    @precondition(
+        lambda self: (
+            self._unfinished() < MAX_UNFINISHED
+            and (self.queue_limit is None or self.queue_limit >= MAX_COST)
+        )
+    )
+    @rule(target=jobs, cost=st.integers(2, MAX_COST), max_attempts=st.integers(1, 3))
+    def enqueue_costly(self, cost: int, max_attempts: int) -> Any:
+        """A job of cost 2 or 3: it takes that many units of each limit over it (issue 32);
+        the first one claimed under the queue limit moves its slots to slot rows."""
+        job_id = int(self.client.enqueue(UNKEYED_TASK, None, max_attempts=max_attempts, cost=cost))
+        assert job_id not in self.model and job_id not in self.seen_tokens
+        self.model[job_id] = JobModel(max_attempts=max_attempts, cost=cost)
+        self.costly = True
+        return multiple(job_id)
+
     @rule(target=leases, worker=st.sampled_from(WORKERS), limit=st.integers(1, 3))
     def claim(self, worker: str, limit: int) -> Any:
         claimable = {
@@ -404,6 +428,10 @@ class LeaseqMachine(RuleBasedStateMachine):
             )
         }
         ready = sum(claimable.values())
+        # Costs matter only under the queue limit (the task limit, 1000, is never reached).
+        costs = self.queue_limit is not None and any(
+            self.model[job_id].cost > 1 for job_id in claimable
+        )
         free = limit
         if self.queue_limit is not None:
             # Slots 1..limit not held; none at all while a slot above a lowered limit is.
@@ -414,9 +442,24 @@ class LeaseqMachine(RuleBasedStateMachine):
             )
             free = 0 if above else self.queue_limit - held
         got = self.client.claim(worker=worker, lease_seconds=LEASE_SECONDS, limit=limit)
-        slot_rows = self.task_limit and any(x.task == UNKEYED_TASK for x in got)
-        # Everything ready before the call is still ready during it; back-offs may end meanwhile.
-        assert min(limit, ready, free) <= len(got) <= min(limit, free), (ready, free, got)
+        # A queue limit whose slots moved to slot rows (a costly job was claimed under it):
+        # every lease under it takes slot rows.
+        moved = self.queue_limit is not None and bool(
+            self._query("SELECT queue_slot_rows FROM {s}.limits WHERE name = 'queue:default'")[0][0]
+        )
+        slot_rows = (self.task_limit and any(x.task == UNKEYED_TASK for x in got)) or (
+            moved and bool(got)
+        )
+        if costs:
+            # In units: never more than are free; the first job in claim order fits whenever
+            # MAX_COST units are free, so a claim then takes at least one.
+            units = sum(self.model[x.job_id].cost for x in got if x.job_id in self.model)
+            assert units <= free and len(got) <= limit, (free, got)
+            assert len(got) >= 1 or not ready or free < MAX_COST, (ready, free)
+        else:
+            # Everything ready before the call is still ready during it; back-offs may end
+            # meanwhile.
+            assert min(limit, ready, free) <= len(got) <= min(limit, free), (ready, free, got)
         assert len({lease.job_id for lease in got}) == len(got)
         # One owner per claim, never one an earlier claim had (a lost claim's re-issue
         # must not share its fence).
@@ -847,25 +890,31 @@ class LeaseqMachine(RuleBasedStateMachine):
         if concurrency is None:
             assert self.client.remove_limit("queue:default") == (self.queue_limit is not None)
         else:
+            if self.costly:
+                concurrency = max(concurrency, MAX_COST)
             self.client.set_limit("queue:default", concurrency=concurrency, actor="op")
             self.limit_cap = max(self.limit_cap, concurrency)
         self.queue_limit = concurrency
 
     @invariant()
     def slots_match_running_jobs(self) -> None:
-        """Slots held = the running leases claimed under the limit, one each, whatever ended
-        or was refused since; never more than the highest limit set, never a slot number
-        twice (the primary key)."""
+        """Slots held = the running leases claimed under the limit, each its cost in units
+        (one for most), whatever ended or was refused since; never more units than the
+        highest limit set, never a slot number twice (the primary key)."""
         slots = self._query("SELECT limit_name, slot, job_id, lease_token FROM {s}.held_slots")
         for name, claimed in (("queue:default", self.slotted), (TASK_LIMIT, self.task_slotted)):
-            mine = [(job_id, token) for n, _, job_id, token in slots if n == name]
+            mine = Counter((job_id, token) for n, _, job_id, token in slots if n == name)
             expected = {
                 (job_id, job.token)
                 for job_id, job in self.model.items()
                 if job.status == "running" and (job_id, job.token) in claimed
             }
             assert set(mine) == expected, f"{name}: slots {sorted(mine)}, expected {expected}"
-            assert len(mine) == len(set(mine)), f"{name}: a lease holds two slots of it"
+            for (job_id, token), n in mine.items():
+                cost = self.model[job_id].cost
+                assert n == cost, f"{name}: lease {(job_id, token)} holds {n} units, cost {cost}"
+            numbers = [slot for n, slot, _, _ in slots if n == name]
+            assert len(numbers) == len(set(numbers)), f"{name}: a slot number held twice"
         assert all(name in ("queue:default", TASK_LIMIT) for name, _, _, _ in slots), slots
         queue_slots = [slot for name, slot, _, _ in slots if name == "queue:default"]
         assert len(queue_slots) <= self.limit_cap
