@@ -95,10 +95,33 @@ def test_over_a_limit_unslotted_and_orphan_slots(
         (TASK_LIMIT[0], done),
     )
     found = Limits().sample(ctx, conn)
-    assert any(f"4 running, limit {TASK_LIMIT[1]}" in f for f in found), found
-    assert any("hold no slot" in f for f in found), found
+    assert any(f"4 units running, limit {TASK_LIMIT[1]}" in f for f in found), found
+    assert any("do not hold their cost" in f for f in found), found
     assert any(f"held by job {done}" in f for f in found), found
     assert any("slot row(s) left" in f for f in Limits().final(ctx, conn))
+
+
+def test_units_over_a_limit_and_a_job_holding_less_than_its_cost(
+    ctx: CapContext, conn: Any, client: leaseq.Client
+) -> None:
+    # Issue 32: judged in units. Two running jobs of cost 2 under a limit of 3 (4 units
+    # running), one of them holding only one of its two slot rows; and 4 slot rows held of
+    # a limit of 3, whoever holds them.
+    client.set_limit(TASK_LIMIT[0], concurrency=TASK_LIMIT[1])
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=10)
+    a = _job(conn, ctx, "running", task="chaos.cap.limited", started_at=later, cost=2)
+    b = _job(conn, ctx, "running", task="chaos.cap.limited", started_at=later, cost=2)
+    insert = sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, 1)").format(ctx.table("limit_slots"))
+    for slot, job in ((1, a), (2, a), (3, b)):
+        conn.execute(insert, (TASK_LIMIT[0], slot, job))
+    found = Limits().sample(ctx, conn)
+    assert any(f"4 units running, limit {TASK_LIMIT[1]}" in f for f in found), found
+    assert any("1 running job(s) do not hold their cost" in f for f in found), found
+    assert not any("units held" in f for f in found), found
+    conn.execute(insert, (TASK_LIMIT[0], 4, b))
+    found = Limits().sample(ctx, conn)
+    assert any(f"4 units held, limit {TASK_LIMIT[1]}" in f for f in found), found
+    assert not any("do not hold their cost" in f for f in found), found
 
 
 def test_overlapping_skip_schedule_and_a_missing_tick(ctx: CapContext, conn: Any) -> None:

@@ -4,11 +4,15 @@ over during the window (a limit created or dropped while claims are in flight); 
 s the task limit and the key family are removed for 0.5-2.5 s too, so that at times
 no task or key limit exists at all.
 
-Sampled (one snapshot each): never more running under a fixed limit than its
-concurrency; every running job under a fixed task or key limit holds a slot row of its
-lease, and under the queue limit a queue slot; every slot row belongs to a running lease
-(same job, same token). The first two hold a job to a task or key limit only when its
-lease was claimed, on the database's clock, at least CLAIM_MARGIN after the limit's row
+Jobs have costs (issue 32: 1 to 3, at most the limit's concurrency), so everything is
+judged in units. Sampled (one snapshot each): never more units held of any limit than its
+concurrency (slot rows and queue slots on job rows, whoever holds them), nor more units
+running under a fixed limit (the running jobs' costs) than its concurrency; every running job
+under a fixed task or key limit holds exactly its cost in slot rows of its lease, and under
+the queue limit its cost in units (a queue slot on its row, or slot rows once the limit's
+slots moved there); every slot row belongs to a running lease (same job, same token).
+The first two hold a job to a task or key limit only when its lease was claimed, on the
+database's clock, at least CLAIM_MARGIN after the limit's row
 was written: a job claimed in a gap takes no slot and is not counted, however long it
 runs. End: no slot row and no queue slot left held, nothing lost."""
 
@@ -29,6 +33,13 @@ KEY_FAMILY = ("key:chaos-tenant:*", 2)
 QUEUE_LIMIT = (f"queue:{CAP_QUEUE}", 4)
 FLAP = ("task:chaos.cap.flap", 2)
 TENANTS = ("a", "b", "c")
+#: The costs drawn for each task's jobs (each at most its limit's concurrency).
+COSTS = {
+    "chaos.cap.limited": (1, 1, 2, 3),
+    "chaos.cap.tenant": (1, 1, 2),
+    "chaos.cap.queued": (1, 1, 2, 3),
+    "chaos.cap.flap": (1, 2),
+}
 #: The tasks under a limit, with the concurrency their jobs share.
 TASKS = {
     "chaos.cap.limited": TASK_LIMIT[1],
@@ -65,9 +76,14 @@ class Limits(Capability):
         rng = ctx.rng(self.name)
         specs = []
         for task, concurrency in TASKS.items():
-            n = max(10, int(LOAD * ctx.seconds * concurrency / (sum(WORK) / 2)))
+            mean_cost = sum(COSTS[task]) / len(COSTS[task])
+            n = max(10, int(LOAD * ctx.seconds * concurrency / (sum(WORK) / 2) / mean_cost))
             for i in range(n):
-                opts: dict[str, Any] = {"run_at": ctx.at(0.9 * i / n), "max_attempts": 25}
+                opts: dict[str, Any] = {
+                    "run_at": ctx.at(0.9 * i / n),
+                    "max_attempts": 25,
+                    "cost": rng.choice(COSTS[task]),
+                }
                 if task == "chaos.cap.tenant":
                     opts["limit_key"] = f"chaos-tenant:{TENANTS[i % len(TENANTS)]}"
                 opts["queue"] = CAP_QUEUE if task == "chaos.cap.queued" else LIMITED_QUEUE
@@ -146,35 +162,49 @@ class Limits(Capability):
         # runs on without a slot however long it takes, and is not counted.
         j, s, lim_t = ctx.table("jobs"), ctx.table("limit_slots"), ctx.table("limits")
         q = sql.SQL(
-            "SELECT x.lim, count(*) FILTER (WHERE x.held),"
-            " count(*) FILTER (WHERE x.held AND x.unslotted) FROM ("
-            " SELECT CASE WHEN j.queue_name = %(queue)s THEN 'queue:' || j.queue_name"
+            "SELECT x.lim, coalesce(sum(x.cost) FILTER (WHERE x.held), 0),"
+            " count(*) FILTER (WHERE x.held AND x.units <> x.cost) FROM ("
+            " SELECT y.*, (SELECT count(*) FROM {s} AS s WHERE s.job_id = y.id"
+            "   AND s.lease_token = y.lease_token AND s.limit_name = y.lim)"
+            "  + (y.queue_slot IS NOT NULL AND left(y.lim, 6) = 'queue:')::int AS units"
+            " FROM (SELECT j.id, j.lease_token, j.queue_slot, j.cost,"
+            "  CASE WHEN j.queue_name = %(queue)s THEN 'queue:' || j.queue_name"
             "  WHEN j.task = 'chaos.cap.limited' THEN 'task:' || j.task"
             "  ELSE 'key:' || j.limit_key END AS lim,"
-            " (j.queue_name = %(queue)s AND j.queue_slot IS NULL"
-            "  OR j.queue_name <> %(queue)s AND NOT EXISTS (SELECT 1 FROM {s} AS s"
-            "   WHERE s.job_id = j.id AND s.lease_token = j.lease_token"
-            "   AND s.limit_name = CASE WHEN j.task = 'chaos.cap.limited' THEN 'task:' || j.task"
-            "                      ELSE 'key:' || j.limit_key END)) AS unslotted,"
             " (j.queue_name = %(queue)s OR EXISTS (SELECT 1 FROM {l} AS l"
             "   WHERE l.name = CASE WHEN j.task = 'chaos.cap.limited' THEN 'task:' || j.task"
             "                  ELSE %(family)s END"
             "   AND j.started_at >= l.updated_at + %(margin)s * interval '1 second')) AS held"
             " FROM {j} AS j WHERE j.status = 'running' AND (j.queue_name = %(queue)s"
-            "  OR j.task = 'chaos.cap.limited' OR j.limit_key LIKE 'chaos-tenant:%%')) AS x"
-            " GROUP BY 1"
+            "  OR j.task = 'chaos.cap.limited' OR j.limit_key LIKE 'chaos-tenant:%%')) AS y"
+            " ) AS x GROUP BY 1"
         ).format(s=s, j=j, l=lim_t)
-        caps = {TASK_LIMIT[0]: TASK_LIMIT[1], QUEUE_LIMIT[0]: QUEUE_LIMIT[1]}
+        caps = {TASK_LIMIT[0]: TASK_LIMIT[1], QUEUE_LIMIT[0]: QUEUE_LIMIT[1], FLAP[0]: FLAP[1]}
         bad = []
         params = {"queue": CAP_QUEUE, "family": KEY_FAMILY[0], "margin": CLAIM_MARGIN}
         for lim, running, unslotted in conn.execute(q, params):
             cap = caps.get(lim, KEY_FAMILY[1])
-            key = f"max_running[{lim}]"
+            key = f"max_units_running[{lim}]"
             self.counts[key] = max(self.counts[key], running)
             if running > cap:
-                bad.append(f"{lim}: {running} running, limit {cap}")
+                bad.append(f"{lim}: {running} units running, limit {cap}")
             if unslotted:
-                bad.append(f"{lim}: {unslotted} running job(s) hold no slot of their lease")
+                bad.append(
+                    f"{lim}: {unslotted} running job(s) do not hold their cost in units of "
+                    "their lease"
+                )
+        # Every unit held, wherever it lives and whoever holds it, within its limit (the
+        # unique slot numbers 1..concurrency: never more, even for a job claimed in a gap).
+        held = sql.SQL(
+            "SELECT h.name, count(*) FROM (SELECT s.limit_name AS name FROM {s} AS s"
+            " UNION ALL SELECT 'queue:' || j.queue_name FROM {j} AS j"
+            " WHERE j.queue_slot IS NOT NULL) AS h GROUP BY 1"
+        ).format(s=s, j=j)
+        for name, n in conn.execute(held):
+            cap = caps.get(name, KEY_FAMILY[1] if name.startswith("key:chaos-tenant:") else None)
+            self.counts[f"max_units_held[{name}]"] = max(self.counts[f"max_units_held[{name}]"], n)
+            if cap is not None and n > cap:
+                bad.append(f"{name}: {n} units held, limit {cap}")
         orphans = sql.SQL(
             "SELECT s.limit_name, s.slot, s.job_id, s.lease_token, j.status::text, j.lease_token"
             " FROM {s} AS s LEFT JOIN {j} AS j ON j.id = s.job_id"
