@@ -98,3 +98,49 @@ def test_a_job_a_killed_worker_held_unparks_its_key_when_swept(
             "the retry's time",
         )
         assert job in [x.job_id for x in client.claim("default", worker="w", limit=30)]
+
+
+def test_the_issues_flood_one_million_jobs_of_a_and_ten_keys_after_them(
+    dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
+) -> None:
+    # Issue 32's exact claim: A enqueues 1,000,000 jobs, then B..K 10 each; one worker at
+    # concurrency 10; every B..K job starts before A's 2,000th. A's jobs are written in one
+    # INSERT (the last one through the client, which touches A's fair_keys row as every
+    # enqueue does); the queue is paused meanwhile so that the count is the claim order's.
+    client.pause("default", reason="loading")
+    run_sql(
+        dsn,
+        "INSERT INTO {s}.jobs (queue_name, task, payload, fairness_key) "
+        "SELECT 'default', 'noop', jsonb_build_object('n', g), 'A' "
+        "FROM generate_series(1, 999999) AS g",
+        schema,
+    )
+    client.enqueue("noop", fairness_key="A")
+    run_sql(dsn, "ANALYZE {s}.jobs", schema)
+    ids = client.enqueue_many(
+        [{"task": "noop", "fairness_key": k} for k in "BCDEFGHIJK" for _ in range(10)]
+    )
+    client.resume("default", reason="go")
+    args = ("--concurrency", "10", "--poll-interval", "0.05")
+    with WorkerProcess(dsn, schema, *args, log_dir=tmp_path):
+        wait_for(
+            lambda: (
+                rows(
+                    dsn,
+                    "SELECT count(*) FROM {s}.jobs WHERE id = ANY(%s) AND status = 'succeeded'",
+                    schema,
+                    [int(i) for i in ids],
+                )
+                == [(100,)]
+            ),
+            300,
+            "B..K's jobs to run",
+        )
+    ((a_before,),) = rows(
+        dsn,
+        "SELECT count(*) FROM {s}.jobs WHERE fairness_key = 'A' AND started_at <= "
+        "(SELECT max(started_at) FROM {s}.jobs WHERE id = ANY(%s))",
+        schema,
+        [int(i) for i in ids],
+    )
+    assert a_before < 2000, a_before
