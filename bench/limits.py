@@ -10,7 +10,9 @@ claim returns nothing:
 - ``generous``: ``queue:default`` with a concurrency far above what ever runs (every claim
   takes a slot per job, every completion gives them back; the limit is never reached);
 - ``limit50``: ``queue:default`` at 50 on the 100-job rounds, so each claim is cut to the
-  free slots.
+  free slots;
+- ``cost3``: the ``generous`` limit with every job of cost 3 (issue 32): the limit's slots
+  move to slot rows at the first claim, three rows per job (``admit()``'s path).
 
 The modes take turns within each repeat (none, generous, limit50, none, ...). Each drain runs
 on a client of one pooled connection, so besides the wall clock it reports CPU per job: this
@@ -34,7 +36,13 @@ import leaseq
 from bench.db import connect, drop_schema, new_schema_name, vacuum_analyze
 from bench.harness import resolve_bench_dsn
 
-MODES = {"none": None, "generous": 100_000, "limit50": 50}
+#: Each mode's queue limit (None: none) and its jobs' cost.
+MODES: dict[str, tuple[int | None, int]] = {
+    "none": (None, 1),
+    "generous": (100_000, 1),
+    "limit50": (50, 1),
+    "cost3": (100_000, 3),
+}
 APP_NAME = "leaseq-bench-limits"
 
 
@@ -46,10 +54,11 @@ class Sample:
     server_us: float | None
 
 
-def _fill(client: leaseq.Client, jobs: int) -> None:
+def _fill(client: leaseq.Client, jobs: int, cost: int) -> None:
     chunk = 1000
+    job = {"task": "t"} if cost == 1 else {"task": "t", "cost": cost}
     for start in range(0, jobs, chunk):
-        client.enqueue_many([{"task": "t"} for _ in range(start, min(start + chunk, jobs))])
+        client.enqueue_many([job for _ in range(start, min(start + chunk, jobs))])
 
 
 def _backend_cpu(pid: int | None) -> float | None:
@@ -79,12 +88,12 @@ def _drain(client: leaseq.Client, batch: int) -> int:
     return done
 
 
-def _sample(dsn: str, jobs: int, batch: int, concurrency: int | None) -> Sample:
+def _sample(dsn: str, jobs: int, batch: int, concurrency: int | None, cost: int) -> Sample:
     schema = new_schema_name("limits")
     client = leaseq.Client(dsn, schema=schema, pool_size=1, application_name=APP_NAME)
     try:
         client.migrate()  # also opens the pool's one connection
-        _fill(client, jobs)
+        _fill(client, jobs, cost)
         if concurrency is not None:
             client.set_limit("queue:default", concurrency=concurrency)
         with connect(dsn) as conn:
@@ -115,8 +124,8 @@ def main() -> None:
     dsn = resolve_bench_dsn(args.dsn)
     drain: dict[str, list[Sample]] = {mode: [] for mode in MODES}
     for _ in range(args.repeat):
-        for mode, concurrency in MODES.items():
-            drain[mode].append(_sample(dsn, args.jobs, args.batch, concurrency))
+        for mode, (concurrency, cost) in MODES.items():
+            drain[mode].append(_sample(dsn, args.jobs, args.batch, concurrency, cost))
     print(
         f"{args.jobs:,} jobs drained by claims of {args.batch} + one fenced completion per "
         f"batch; {args.repeat} samples each"
@@ -132,7 +141,7 @@ def main() -> None:
         cpu[mode] = None if server_us is None else client_us + server_us
         server = "server unreadable" if server_us is None else f"server {server_us:.1f}"
         print(f"  cpu us/job: client {client_us:.1f}, {server}")
-    for mode in ("generous", "limit50"):
+    for mode in ("generous", "limit50", "cost3"):
         line = f"drain cost {mode} / none: {med['none'] / med[mode]:.2f}x"
         base, this = cpu["none"], cpu[mode]
         if base is not None and this is not None:

@@ -49,7 +49,7 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (29, 'fair_wake'),
   (30, 'job_cost'),
   (31, 'gather_wake'),
-  (32, 'signal_seq');
+  (32, 'sql_api_cost');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -2335,7 +2335,8 @@ CREATE FUNCTION {schema}.enqueue(
   on_dead text DEFAULT NULL,
   expires jsonb DEFAULT NULL,
   batch_id bigint DEFAULT NULL,
-  fairness_key text DEFAULT NULL)
+  fairness_key text DEFAULT NULL,
+  cost integer DEFAULT NULL)
 RETURNS bigint LANGUAGE sql
 AS $fn$
 SELECT {schema}._api_insert({schema}._api_check(
@@ -2348,7 +2349,7 @@ SELECT {schema}._api_insert({schema}._api_check(
      'unique_states', unique_states, 'on_conflict', on_conflict, 'debounce', debounce,
      'debounce_max', debounce_max, 'limit_key', limit_key, 'depends_on', depends_on,
      'on_dead', on_dead, 'expires', expires, 'batch_id', batch_id,
-     'fairness_key', fairness_key)) AS o
+     'fairness_key', fairness_key, 'cost', cost)) AS o
    WHERE jsonb_typeof(o.value) <> 'null')
   || jsonb_build_object('task', task, 'payload', coalesce(payload, 'null'::jsonb))))
 $fn$;
@@ -2572,19 +2573,16 @@ $fn$;
 -- names the signal it waits for; suspend_reason is 'sleep' or 'signal'.
 CREATE INDEX jobs_wake_idx ON {schema}.jobs (queue_name, wake_at) WHERE wake_at IS NOT NULL;
 
--- Signals sent to jobs: one row per delivery (job, name, seq from version 32), kept until
--- the job is deleted, so one sent before the job waits for it is found when it does.
+-- Signals sent to jobs: one per job and name, kept until the job is deleted, so one sent
+-- before the job waits for it is found when it does.
 CREATE TABLE {schema}.job_signals (
   job_id bigint NOT NULL,
   name text NOT NULL,
   payload jsonb,
   sent_at timestamptz NOT NULL DEFAULT now(),
   actor text,
-  -- (version 32) The name's delivery number: 1, 2, ... in the order sent.
-  seq integer NOT NULL,
-  PRIMARY KEY (job_id, name, seq),
-  CONSTRAINT job_signals_name_bounded CHECK (length(name) <= 128 AND length(actor) <= 200),
-  CONSTRAINT job_signals_seq_valid CHECK (seq >= 1)
+  PRIMARY KEY (job_id, name),
+  CONSTRAINT job_signals_name_bounded CHECK (length(name) <= 128 AND length(actor) <= 200)
 );
 -- Fair dispatch (version 26, docs/fairness.md): per queue and fairness key, its weight and
 -- its pass (virtual time: a claim of m of its jobs advances it by m / weight; NULL: joins

@@ -280,3 +280,14 @@ def test_a_fair_queues_claim_takes_costs_through_the_same_admission(
     for lease in got:
         assert client.complete(lease)
     assert _units(dsn, schema) == {}
+
+
+def test_the_sql_apis_enqueue_takes_cost_by_name_and_refuses_a_bad_one(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (job,) = conn.execute(f"SELECT {schema}.enqueue('t', cost => 3)").fetchone()  # type: ignore[misc]
+        with pytest.raises(psycopg.Error, match="cost must be between 1 and 1000, got 0"):
+            conn.execute(f"SELECT {schema}.enqueue('t', cost => 0)")
+    assert client.get_job(int(job)).cost == 3  # type: ignore[union-attr]
+    assert rows(dsn, "SELECT count(*) FROM {s}.jobs", schema)[0][0] == 1
