@@ -1,11 +1,12 @@
 """Data at rest in one run: what encryption and payload offload cost a drain.
 
     .venv/bin/python -m bench.at_rest [--dsn DSN] [--jobs 20000] [--big-jobs 2000]
-                                      [--big-bytes 1000000] [--repeat 3]
+                                      [--big-bytes 1000000] [--repeat 3] [--only 1k|1m]
 
 Interleaved rounds, each on fresh schemas, each drain a real ``leaseq worker --burst`` (one
 process, concurrency 200, batch 100) timed on two clocks (start-up excluded: the database's,
-first claim to last completion; process wall):
+first claim to last completion; process wall), with the worker's CPU time per job (user and
+system, start-up included: on a loaded machine the steadier figure of what a job costs):
 
 - ``plain-1k`` / ``sealed-1k``: ``--jobs`` jobs with 1 KB payloads, plain and encrypted
   (AES-256-GCM, leaseq[crypto]); the ratio is issue 34's target (encryption costs at most
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import secrets
 import statistics
 import subprocess
@@ -78,11 +80,14 @@ def _drain(
             "--batch-size",
             "100",
         ]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         done = subprocess.run(
             command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=False
         )
         wall = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
         if done.returncode != 0 or not WORKER_LINE.search(done.stdout):
             raise SystemExit(f"bench.at_rest: the {app} worker failed: {done.stderr[-2000:]}")
         line = WORKER_LINE.search(done.stdout)
@@ -90,7 +95,12 @@ def _drain(
         if int(line["succeeded"]) != jobs:
             raise SystemExit(f"bench.at_rest: {app} drained {line['succeeded']} of {jobs}")
         db = drain_clock(dsn, schema)
-        return {"db": jobs / db, "wall": jobs / wall, "heap_mb": heap / 1e6}
+        return {
+            "db": jobs / db,
+            "wall": jobs / wall,
+            "heap_mb": heap / 1e6,
+            "cpu_us": cpu / jobs * 1e6,
+        }
     finally:
         client.close()
         drop_schema(dsn, schema)
@@ -103,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--big-jobs", type=int, default=2000)
     p.add_argument("--big-bytes", type=int, default=1_000_000)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument(
+        "--only",
+        choices=("1k", "1m"),
+        default=None,
+        help="only the 1 KB pair (encryption) or only the 1 MB pair (offload)",
+    )
     args = p.parse_args(argv)
     dsn = resolve_bench_dsn(args.dsn)
     key = os.environ.setdefault("LEASEQ_ENCRYPTION_KEYS", generate_key())
@@ -119,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             dsn, "offloaded", args.big_jobs, lambda n: big, offload_above=64 * 1024
         ),
     }
+    if args.only is not None:
+        variants = {k: v for k, v in variants.items() if k.endswith(f"-{args.only}")}
     found: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     for r in range(args.repeat):
         for name, run in variants.items():
@@ -126,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             found[name].append(sample)
             print(
                 f"round {r + 1} {name:13} start-up excluded {sample['db']:9.0f} jobs/s  "
-                f"wall {sample['wall']:9.0f} jobs/s  jobs table {sample['heap_mb']:8.1f} MB",
+                f"wall {sample['wall']:9.0f} jobs/s  jobs table {sample['heap_mb']:8.1f} MB  "
+                f"worker CPU {sample['cpu_us']:7.1f} us/job",
                 file=sys.stderr,
                 flush=True,
             )
@@ -139,24 +158,34 @@ def main(argv: list[str] | None = None) -> int:
         return f"{statistics.median(per_round):.2f} ({min(per_round):.2f}-{max(per_round):.2f})"
 
     print(
-        "| variant | jobs/s, start-up excluded | jobs/s, process wall | jobs table after enqueue |"
+        "| variant | jobs/s, start-up excluded | jobs/s, process wall | jobs table after enqueue "
+        "| worker CPU per job (start-up included) |"
     )
-    print("|---|---|---|---|")
+    print("|---|---|---|---|---|")
     for name in variants:
         print(
             f"| {name} | {med(name, 'db'):,.0f} | {med(name, 'wall'):,.0f} | "
-            f"{statistics.median(s['heap_mb'] for s in found[name]):,.1f} MB |"
+            f"{statistics.median(s['heap_mb'] for s in found[name]):,.1f} MB | "
+            f"{med(name, 'cpu_us'):,.1f} µs |"
         )
-    for clock, label in (("db", "start-up excluded"), ("wall", "process wall")):
+    for clock, label in (("db", "start-up excluded"), ("wall", "process wall"), ("cpu_us", "")):
+        if clock == "cpu_us":
+            if "sealed-1k" in found:
+                cpu = ratio("sealed-1k", "plain-1k", clock)
+                print(f"worker CPU per job, sealed / plain, 1 KB: {cpu}")
+            continue
+        if "sealed-1k" in found:
+            print(
+                f"sealed / plain, 1 KB, {label}: {ratio('sealed-1k', 'plain-1k', clock)}"
+                " (target >= 0.85)"
+            )
+        if "offloaded-1m" in found:
+            print(f"offloaded / inline, 1 MB, {label}: {ratio('offloaded-1m', 'inline-1m', clock)}")
+    if "offloaded-1m" in found:
         print(
-            f"sealed / plain, 1 KB, {label}: {ratio('sealed-1k', 'plain-1k', clock)}"
-            " (target >= 0.85)"
+            f"offloaded 1 MB drain, start-up excluded: {med('offloaded-1m', 'db'):,.0f} jobs/s"
+            " (target >= 500)"
         )
-        print(f"offloaded / inline, 1 MB, {label}: {ratio('offloaded-1m', 'inline-1m', clock)}")
-    print(
-        f"offloaded 1 MB drain, start-up excluded: {med('offloaded-1m', 'db'):,.0f} jobs/s"
-        " (target >= 500)"
-    )
     return 0
 
 

@@ -27,8 +27,9 @@ def jobs_signal(
     unique_key: str | None,
     actor: str,
 ) -> None:
-    """Send SIGNAL to a job (by JOB_ID, or by --unique-key): stored once per job and name,
-    it wakes the job if it waits for it (ctx.wait_for), else waits for its wait."""
+    """Send SIGNAL to a job (by JOB_ID, or by --unique-key): one delivery of the name (each
+    send is one, taken in order by the job's waits for it, each once); it wakes the job if
+    it waits for it (ctx.wait_for), else waits for its wait."""
     if len(args) != (1 if unique_key is not None else 2):
         raise Failed("give JOB_ID SIGNAL, or --unique-key KEY SIGNAL")
     job_id: int | None = None
@@ -48,7 +49,7 @@ def jobs_signal(
         raise Failed(str(exc)) from None
     target = f"job {job_id}" if job_id is not None else f"the job holding {unique_key!r}"
     if not stored:
-        raise Failed(f"{target}: signal {signal!r} not stored (already sent, or job finished)")
+        raise Failed(f"{target}: signal {signal!r} not stored (the job has finished)")
     click.echo(f"{target}: signal {signal!r} sent by {actor}")
 
 

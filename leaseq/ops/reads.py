@@ -12,12 +12,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg import Connection
+from psycopg import Connection, Cursor, RawCursor
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from leaseq.dsn import describe_dsn
 from leaseq.errors import DatabaseUnavailable, missing_schema_of, schema_missing
+from leaseq.ops.positional import LONG_STATEMENT, positional, values
 from leaseq.rows import configure_json, tolerate_extremes
 from leaseq.rules.replicas import ReplicaLag, lag_from_row
 from leaseq.sql import Queries
@@ -32,11 +33,18 @@ def run_statement(
 ) -> list[Row]:
     """Run one statement on ``conn``; its rows (none for a statement without a result).
     ``tolerant``: read timestamps out of Python's range as its nearest datetime."""
-    cur = conn.cursor()
+    args: Mapping[str, Any] | list[Any] | None = params
+    if params is not None and len(query) > LONG_STATEMENT:
+        # Past psycopg's placeholder cache: positional once, then sent as it is.
+        text, names = positional(query)
+        cur: Cursor[Any] = RawCursor(conn)
+        query, args = text, values(names, params)
+    else:
+        cur = conn.cursor()
     if tolerant:
         tolerate_extremes(cur)
     try:
-        cur.execute(query, params)
+        cur.execute(query, args)
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
         missing = missing_schema_of(exc)
         if missing is None:

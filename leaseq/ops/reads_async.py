@@ -23,12 +23,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor, AsyncRawCursor
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from leaseq.dsn import describe_dsn
 from leaseq.errors import DatabaseUnavailable, missing_schema_of, schema_missing
+from leaseq.ops.positional import LONG_STATEMENT, positional, values
 from leaseq.rows import configure_json, tolerate_extremes
 from leaseq.rules.replicas import ReplicaLag, lag_from_row
 from leaseq.sql import Queries
@@ -43,11 +44,18 @@ async def run_statement(
 ) -> list[Row]:
     """Run one statement on ``conn``; its rows (none for a statement without a result).
     ``tolerant``: read timestamps out of Python's range as its nearest datetime."""
-    cur = conn.cursor()
+    args: Mapping[str, Any] | list[Any] | None = params
+    if params is not None and len(query) > LONG_STATEMENT:
+        # Past psycopg's placeholder cache: positional once, then sent as it is.
+        text, names = positional(query)
+        cur: AsyncCursor[Any] = AsyncRawCursor(conn)
+        query, args = text, values(names, params)
+    else:
+        cur = conn.cursor()
     if tolerant:
         tolerate_extremes(cur)
     try:
-        await cur.execute(query, params)
+        await cur.execute(query, args)
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
         missing = missing_schema_of(exc)
         if missing is None:

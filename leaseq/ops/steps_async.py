@@ -118,12 +118,15 @@ class AsyncStepOps(AsyncPayloadOps):
         signal: str | None,
         poll: float | None = None,
         children: list[int] | None = None,
+        delivery: int = 1,
     ) -> WaitOutcome:
         """At a sleep or a wait: under the job's row lock (so no signal's send can slip
         between), deliver the awaited signal into the step's record, record the timeout,
         go on (a sleep that is due), or suspend the job — in one transaction. A gather
         (``children``) also takes its gate row, so that no child's end slips between its
-        look at the children ("ready": all ended) and its suspension."""
+        look at the children ("ready": all ended) and its suspension. ``delivery``: the
+        signal's delivery this wait consumes (the waits for that name before it in this
+        run consumed the ones before)."""
         async with self._transaction() as conn:
             fenced = await self._rows("suspend_fence", self._fence(lease), conn)
             if not fenced:
@@ -140,13 +143,15 @@ class AsyncStepOps(AsyncPayloadOps):
                 until = float(now) + poll
             sent = []
             if signal is not None:
-                sent = await self._rows("signal_get", {"id": lease.job_id, "name": signal}, conn)
+                wanted = {"id": lease.job_id, "name": signal, "seq": delivery}
+                sent = await self._rows("signal_get", wanted, conn)
             decision = decide_wait(now=float(now), until=until, signal=signal, sent=bool(sent))
             payload = self._open(sent[0][0], "signal") if sent else None
             if decision is WaitDecision.DELIVER or decision is WaitDecision.TIMEOUT:
                 outcome: dict[str, Any] = {"until": until, "signal": signal}
                 if decision is WaitDecision.DELIVER:
                     outcome["payload"] = payload
+                    outcome["seq"] = sent[0][1]
                 else:
                     outcome["timeout"] = True
                 text = validate.encode_payload(outcome, self.payload_limit)
@@ -179,10 +184,12 @@ class AsyncStepOps(AsyncPayloadOps):
         actor: str | None = None,
     ) -> bool:
         """Send ``signal`` (with a JSON ``payload``) to a job, named by its id or, with
-        ``job_id=None``, by the ``unique_key`` its live job holds. Stored once per job and
-        name: True when this call stored it (and woke the job if it waited for it), False
-        when that signal was already sent or the job has finished. A job that does not wait
-        for it yet finds it when it does. Raises :class:`JobNotFound` for no such job."""
+        ``job_id=None``, by the ``unique_key`` its live job holds. Each send is one
+        delivery of the name (numbered 1, 2, ... in the order sent): the job's waits for
+        that name take them in order, each once. True when this call stored it (and woke
+        the job if it waited for it), False when the job has finished. A job that does not
+        wait for it yet finds it when it does (buffered). Raises :class:`JobNotFound` for no
+        such job."""
         name = validate.check_name("signal", signal)
         if job_id is None:
             if unique_key is None:

@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 32
+-- schema version: 33
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -49,7 +49,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (29, 'fair_wake'),
   (30, 'job_cost'),
   (31, 'gather_wake'),
-  (32, 'sql_api_cost');
+  (32, 'signal_seq'),
+  (33, 'sql_api_cost');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -2573,16 +2574,19 @@ $fn$;
 -- names the signal it waits for; suspend_reason is 'sleep' or 'signal'.
 CREATE INDEX jobs_wake_idx ON {schema}.jobs (queue_name, wake_at) WHERE wake_at IS NOT NULL;
 
--- Signals sent to jobs: one per job and name, kept until the job is deleted, so one sent
--- before the job waits for it is found when it does.
+-- Signals sent to jobs: one row per delivery (job, name, seq from version 32), kept until
+-- the job is deleted, so one sent before the job waits for it is found when it does.
 CREATE TABLE {schema}.job_signals (
   job_id bigint NOT NULL,
   name text NOT NULL,
   payload jsonb,
   sent_at timestamptz NOT NULL DEFAULT now(),
   actor text,
-  PRIMARY KEY (job_id, name),
-  CONSTRAINT job_signals_name_bounded CHECK (length(name) <= 128 AND length(actor) <= 200)
+  -- (version 32) The name's delivery number: 1, 2, ... in the order sent.
+  seq integer NOT NULL,
+  PRIMARY KEY (job_id, name, seq),
+  CONSTRAINT job_signals_name_bounded CHECK (length(name) <= 128 AND length(actor) <= 200),
+  CONSTRAINT job_signals_seq_valid CHECK (seq >= 1)
 );
 -- Fair dispatch (version 26, docs/fairness.md): per queue and fairness key, its weight and
 -- its pass (virtual time: a claim of m of its jobs advances it by m / weight; NULL: joins

@@ -195,7 +195,7 @@ class Api:
         return JSONResponse({"id": job_id, "changed": done})
 
     async def signal(self, request: Request) -> Response:
-        """Client.signal: stored once per job and name (a durable job's ctx.wait_for)."""
+        """Client.signal: one delivery of the name (a durable job's ctx.wait_for)."""
         job_id = await _job_id(request)
         body = await _body(request)
         if not isinstance(body, dict) or "signal" not in body:

@@ -59,6 +59,10 @@ class StepBook:
     used: set[str] = field(default_factory=set)
     position: int = 0
     active: ActiveStep | None = None
+    #: Per signal name, the waits for it in this run so far, and those that got a delivery
+    #: (the next wait consumes the delivery after them: ``ctx.wait_for`` twice for a name).
+    waits: dict[str, int] = field(default_factory=dict)
+    delivered: dict[str, int] = field(default_factory=dict)
 
     def load(self, records: list[StepRecord]) -> None:
         """The records an earlier attempt committed. The drivers skip the read under a

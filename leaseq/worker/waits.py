@@ -97,6 +97,21 @@ def _outcome(
     return payload
 
 
+def _wait_name(site: StepSite, signal: str) -> tuple[str, int]:
+    """The step of this run's next wait for ``signal`` (``wait:<signal>``, then
+    ``wait:<signal>/2``, ...) and the delivery it consumes: the one after those the earlier
+    waits for that name got (deliveries are numbered in the order sent, from 1)."""
+    book = site.book
+    k = book.waits[signal] = book.waits.get(signal, 0) + 1
+    name = f"wait:{signal}" if k == 1 else f"wait:{signal}/{k}"
+    return name, book.delivered.get(signal, 0) + 1
+
+
+def _delivered(site: StepSite, signal: str, payload: Any) -> Any:
+    site.book.delivered[signal] = site.book.delivered.get(signal, 0) + 1
+    return payload
+
+
 def _answered(record: Any, signal: str | None, timeout: float | None) -> tuple[bool, Any]:
     """A wait whose record already has its outcome: (True, payload) or a WaitTimeout."""
     result = record.result if isinstance(record.result, dict) else {}
@@ -142,17 +157,19 @@ async def run_sleep_async(
 def run_wait(site: StepSite, client: Client, signal: str, timeout: float | None) -> Any:
     if site.book.records is None:
         site.book.load([] if site.lease.token == 1 else client.step_records(site.lease.job_id))
-    name = f"wait:{signal}"
+    name, delivery = _wait_name(site, signal)
     seq, record = _begin(site, name)
     if record is None:
         due = _timer(site, client.timer_record(site.lease, name, seq, seconds=timeout), name)
     else:
         done, value = _answered(record, signal, timeout)
         if done:
-            return value
+            return _delivered(site, signal, value)
         due = value
-    outcome = client.wait_point(site.lease, record=name, until=due, signal=signal)
-    return _outcome(site, outcome, signal, timeout)
+    outcome = client.wait_point(
+        site.lease, record=name, until=due, signal=signal, delivery=delivery
+    )
+    return _delivered(site, signal, _outcome(site, outcome, signal, timeout))
 
 
 async def run_wait_async(
@@ -162,7 +179,7 @@ async def run_wait_async(
         site.book.load(
             [] if site.lease.token == 1 else await client.step_records(site.lease.job_id)
         )
-    name = f"wait:{signal}"
+    name, delivery = _wait_name(site, signal)
     seq, record = _begin(site, name)
     if record is None:
         recorded = await client.timer_record(site.lease, name, seq, seconds=timeout)
@@ -170,7 +187,9 @@ async def run_wait_async(
     else:
         done, value = _answered(record, signal, timeout)
         if done:
-            return value
+            return _delivered(site, signal, value)
         due = value
-    outcome = await client.wait_point(site.lease, record=name, until=due, signal=signal)
-    return _outcome(site, outcome, signal, timeout)
+    outcome = await client.wait_point(
+        site.lease, record=name, until=due, signal=signal, delivery=delivery
+    )
+    return _delivered(site, signal, _outcome(site, outcome, signal, timeout))

@@ -200,7 +200,7 @@ def test_cancel_and_replay_are_audited_with_the_tokens_name(
     actors = _rows(dsn, schema, events, ([job_id, dead],))
     assert ("cancelled", "ops-bot") in actors
     assert ("replayed", "ops-bot") in actors, actors
-    # A finished job takes no signal; a live one stores it once (docs/durable.md).
+    # A finished job takes no signal; a live one stores each send as one delivery.
     signal = api.post(f"/api/v1/jobs/{job_id}/signal", json={"signal": "go"}, headers=auth)
     assert signal.status_code == 200 and signal.json() == {"id": job_id, "stored": False}
     live = int(client.enqueue("t"))
@@ -209,7 +209,7 @@ def test_cancel_and_replay_are_audited_with_the_tokens_name(
     )
     assert sent.json() == {"id": live, "stored": True}
     twice = api.post(f"/api/v1/jobs/{live}/signal", json={"signal": "go"}, headers=auth)
-    assert twice.json() == {"id": live, "stored": False}
+    assert twice.json() == {"id": live, "stored": True}, "the name's second delivery"
     assert api.post(f"/api/v1/jobs/{live}/signal", json={}, headers=auth).status_code == 400
     trail = client.api_requests(actor="ops-bot")
     assert ("POST", f"/api/v1/jobs/{live}/signal", 400) == (

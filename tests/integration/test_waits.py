@@ -137,7 +137,7 @@ async def test_a_signal_sent_before_the_wait_is_found_and_one_sent_during_it_wak
 
     early = client.enqueue("approval")
     assert client.signal(early, "approved", {"by": "ada"})
-    assert not client.signal(early, "approved", {"by": "bob"}), "one signal per job and name"
+    assert client.signal(early, "approved", {"by": "bob"}), "the name's second delivery"
     late = client.enqueue("approval", unique_key="order-7")
     worker = leaseq.Worker(app, _config())
     run = asyncio.create_task(worker.run())
@@ -149,6 +149,8 @@ async def test_a_signal_sent_before_the_wait_is_found_and_one_sent_during_it_wak
     assert client.signal(None, "approved", {"by": "cy"}, unique_key="order-7", actor="ops")
     await asyncio.wait_for(run, 60)
     assert client.result(early, timeout=5) == {"by": "ada"}, "buffered, the first one"
+    stored = rows(dsn, "SELECT seq, payload FROM {s}.job_signals WHERE job_id = %s", schema, early)
+    assert sorted(stored) == [(1, {"by": "ada"}), (2, {"by": "bob"})], "one row per delivery"
     assert client.result(late, timeout=5) == {"by": "cy"}
     assert sorted(g["by"] for g in got) == ["ada", "cy"], "each delivered once"
     assert [e for e, *_ in _trail(dsn, schema, late)] == ["suspended", "signalled"]
@@ -261,3 +263,56 @@ async def test_the_approval_flow_of_docs_durable_runs_as_pasted(
     await asyncio.wait_for(run, 30)
     assert client.result(yes, timeout=5) == "ticket-1: refunded, approved by ada"
     assert client.result(no, timeout=5) == "ticket-2: refused by bob"
+
+
+async def test_two_waits_for_one_name_each_consume_one_delivery_in_order(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    app = _app(dsn, schema)
+    runs: list[int] = []
+
+    @app.task(name="twice", store_result=True)
+    def twice(ctx: leaseq.JobContext, payload: Any) -> Any:
+        runs.append(ctx.attempt)
+        first = ctx.wait_for("approve", timeout=60)
+        ctx.step("between", lambda: None)
+        try:
+            ctx.wait_for("approve", timeout=0.2)  # times out: consumes nothing
+            timed_out = False
+        except leaseq.WaitTimeout:
+            timed_out = True
+        second = ctx.wait_for("approve", timeout=60)
+        return [first, timed_out, second]
+
+    buffered = client.enqueue("twice")
+    assert client.signal(buffered, "approve", 1)
+    late = client.enqueue("twice")
+    assert client.signal(late, "approve", "a")
+    worker = leaseq.Worker(app, _config(drain=False))
+    run = asyncio.create_task(worker.run())
+    await _until(lambda: _status(client, late) is JobStatus.SUSPENDED, "the timed wait")
+    await _until(
+        lambda: (
+            _status(client, late) is JobStatus.SUSPENDED
+            and "wait:approve/3" in [r.name for r in client.step_records(late)]
+        ),
+        "the third wait to suspend",
+    )
+    assert client.signal(late, "approve", "b")  # wakes the third wait
+    assert client.signal(buffered, "approve", 2)
+    await _until(lambda: _status(client, late) is JobStatus.SUCCEEDED, "the late job")
+    await _until(lambda: _status(client, buffered) is JobStatus.SUCCEEDED, "the buffered job")
+    worker.stop()
+    await asyncio.wait_for(run, 30)
+    assert client.result(late, timeout=5) == ["a", True, "b"]
+    assert client.result(buffered, timeout=5) == [1, True, 2]
+    records = [(r.name, r.result or {}) for r in client.step_records(late)]
+    names = [(n, v.get("payload"), v.get("seq")) for n, v in records]
+    assert names == [
+        ("wait:approve", "a", 1),
+        ("between", None, None),
+        ("wait:approve/2", None, None),
+        ("wait:approve/3", "b", 2),
+    ]
+    sent = rows(dsn, "SELECT seq FROM {s}.job_signals WHERE job_id = %s ORDER BY seq", schema, late)
+    assert sent == [(1,), (2,)]

@@ -4,6 +4,7 @@ open and why, key parsing, rotation's re-seal, and which tasks an Encryption sea
 from __future__ import annotations
 
 import json
+import secrets
 
 import pytest
 
@@ -11,6 +12,8 @@ from leaseq.codec import (
     SEALED,
     Encryption,
     Keyring,
+    binascii_base64,
+    fast_base64,
     generate_key,
     is_sealed,
     open_value,
@@ -109,3 +112,24 @@ def test_inspection_shows_what_a_value_is_never_its_content() -> None:
     envelope = json.loads(Keyring([NEW]).seal('{"card": "4111"}', "payload"))
     assert shown(envelope) == f"(encrypted with key {sealed_key_id(envelope)})"
     assert shown({"leaseq:ref": "pg", "bytes": 9}) == "(offloaded to pg, 9 bytes)"
+
+
+def test_both_base64_codecs_agree_and_refuse_what_is_not_base64() -> None:
+    """Envelopes are the same whichever codec wrote them (pybase64 where installed, the
+    standard library otherwise), and both refuse a character outside the alphabet, which
+    then reads as a value that does not authenticate, never as an unexpected error."""
+    fast = fast_base64()
+    assert fast is not None, "pybase64 is part of leaseq[crypto] and of the dev extras"
+    slow = binascii_base64()
+    for size in (0, 1, 12, 1028, 4099):
+        raw = secrets.token_bytes(size)
+        assert fast[1](raw) == slow[1](raw)
+        assert fast[0](slow[1](raw).decode()) == slow[0](fast[1](raw).decode()) == raw
+    text = slow[1](secrets.token_bytes(30)).decode()
+    for decode, _ in (fast, slow):
+        with pytest.raises(ValueError):
+            decode(text[:5] + "!" + text[6:])
+    envelope = json.loads(Keyring([NEW]).seal('{"n": 1}', "payload"))
+    envelope["c"] = "!" + envelope["c"][1:]
+    with pytest.raises(EncryptionError, match="does not authenticate"):
+        Keyring([NEW]).open(envelope, "payload")

@@ -19,7 +19,12 @@ WHERE id = %(id)s
 FOR UPDATE;
 
 -- name: signal_get
-SELECT payload FROM {schema}.job_signals WHERE job_id = %(id)s AND name = %(name)s;
+-- The delivery a wait consumes: the first one of the name from %(seq)s on (the waits of one
+-- name before it, in this run, consumed the ones before %(seq)s).
+SELECT payload, seq FROM {schema}.job_signals
+WHERE job_id = %(id)s AND name = %(name)s AND seq >= %(seq)s
+ORDER BY seq
+LIMIT 1;
 
 -- name: step_result_set
 -- A waiting step's record gets its outcome (the signal's payload, or the timeout), in the
@@ -96,13 +101,16 @@ ORDER BY id DESC
 LIMIT 1;
 
 -- name: signal_store
--- The signal's row (one per job and name: a second send stores nothing) and, when the job
--- is suspended waiting for it, its wake-up, in one statement after signal_lock: its
--- snapshot sees the suspension if one committed.
+-- The signal's row, the name's next delivery (seq: the largest stored plus one, read under
+-- the job row signal_lock holds, so sends to one job take turns; the primary key keeps each
+-- delivery one row) and, when the job is suspended waiting for that name, its wake-up, in
+-- one statement after signal_lock: its snapshot sees the suspension if one committed. (A
+-- suspended wait waits for the delivery after the ones its run consumed, which is this one.)
 WITH sig AS (
-  INSERT INTO {schema}.job_signals (job_id, name, payload, actor)
-  VALUES (%(id)s, %(name)s, %(payload)s::jsonb, %(actor)s)
-  ON CONFLICT DO NOTHING
+  INSERT INTO {schema}.job_signals (job_id, name, seq, payload, actor)
+  SELECT %(id)s, %(name)s, coalesce(max(s.seq), 0) + 1, %(payload)s::jsonb, %(actor)s
+  FROM {schema}.job_signals AS s
+  WHERE s.job_id = %(id)s AND s.name = %(name)s
   RETURNING job_id
 ), upd AS (
   UPDATE {schema}.jobs AS j
@@ -124,7 +132,7 @@ SELECT (SELECT count(*) FROM sig), (SELECT count(*) FROM upd);
 -- name: job_signals
 SELECT name, payload, sent_at, actor FROM {schema}.job_signals
 WHERE job_id = %(id)s
-ORDER BY sent_at, name;
+ORDER BY sent_at, name, seq;
 
 -- name: suspended_stats
 -- Suspended jobs by queue and reason, and how late the most overdue wake-up is (seconds;

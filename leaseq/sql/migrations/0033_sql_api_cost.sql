@@ -1,4 +1,4 @@
--- leaseq schema, version 32: the SQL API's enqueue() takes cost by name (issue 32; version
+-- leaseq schema, version 33: the SQL API's enqueue() takes cost by name (issue 32; version
 -- 30 gave it to enqueue_many's JSON objects and to the checks and copies both share).
 -- enqueue(..., cost => ...): one more named option.
 DROP FUNCTION {schema}.enqueue(text, jsonb, text, integer, timestamptz, float8, integer, integer, text, text, text, text, float8, text[], text, float8, float8, text, bigint[], text, jsonb, bigint, text);
