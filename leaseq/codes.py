@@ -64,3 +64,6 @@ class ErrorCode(StrEnum):
     WAIT_TIMEOUT = "WAIT_TIMEOUT"
     #: ``ctx.gather``: a child ended dead or cancelled (uncaught ChildFailed).
     CHILD_FAILED = "CHILD_FAILED"
+    #: A job with an ordering key called ``ctx.sleep``, ``ctx.wait_for`` or a ``ctx.gather``
+    #: that would wait: it cannot be suspended (its key's order would not hold).
+    SUSPEND_REFUSED = "SUSPEND_REFUSED"

@@ -17,9 +17,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leaseq.codes import ErrorCode
-from leaseq.errors import ConfigError, Permanent
+from leaseq.errors import Permanent
 from leaseq.models import JobResult
 from leaseq.worker.aborts import JobSuspended, aborted, lease_lost
+from leaseq.worker.waits import check_suspendable
 
 if TYPE_CHECKING:
     from leaseq.worker.context import JobContext
@@ -62,8 +63,7 @@ def _unfinished(ctx: JobContext, states: list[str | None]) -> bool:
     """Some child is still pending, running or suspended (a gone one counts as ended)."""
     if not any(s is not None and s not in FINISHED for s in states):
         return False
-    if ctx.lease.ordering_key is not None:
-        raise ConfigError("a job with an ordering key cannot wait for its children")
+    check_suspendable(ctx.lease, "wait for its children")
     return True
 
 

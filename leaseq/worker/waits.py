@@ -50,12 +50,28 @@ def until_epoch(when: dt.datetime) -> float:
     return when.timestamp()
 
 
-def _check_suspendable(site: StepSite) -> None:
-    if site.lease.ordering_key is not None:
-        raise ConfigError(
-            "a job with an ordering key cannot sleep or wait: its key's order would be held "
-            "by a job that holds no lease (docs/durable.md)"
+class SuspendRefused(Permanent):
+    """A job with an ordering key reached a sleep, a wait for a signal or a gather that would
+    wait. Suspending it would break its key's order: while suspended, the next job of the
+    key would be promoted past it (docs/durable.md). The job ends dead at once with
+    ``SUSPEND_REFUSED`` (no retry could succeed): under the key's ``block`` policy the key
+    then waits for an operator's replay or skip, as after any dead head."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            ErrorCode.SUSPEND_REFUSED,
+            f"a job with an ordering key cannot {what}: a suspended job would not hold its "
+            "key's order (docs/durable.md)",
         )
+
+
+def check_suspendable(lease: Any, what: str = "sleep or wait") -> None:
+    if lease.ordering_key is not None:
+        raise SuspendRefused(what)
+
+
+def _check_suspendable(site: StepSite) -> None:
+    check_suspendable(site.lease)
 
 
 def _begin(site: StepSite, name: str) -> tuple[int, Any]:

@@ -232,13 +232,34 @@ async def test_a_job_with_an_ordering_key_cannot_suspend(
 
     @app.task(name="keyed")
     def keyed(ctx: leaseq.JobContext, payload: Any) -> None:
-        ctx.sleep(1)
+        if payload["how"] == "sleep":
+            ctx.sleep(1)
+        elif payload["how"] == "wait":
+            ctx.wait_for("go", timeout=60)
+        else:
+            ctx.gather([ctx.spawn("keyed", {"how": "none"})])
 
-    job_id = client.enqueue("keyed", ordering_key="acct-1", max_attempts=1)
-    await asyncio.wait_for(leaseq.Worker(app, _config()).run(), 60)
-    job = client.get_job(job_id)
-    assert job is not None and job.status is JobStatus.DEAD
-    assert "ordering key cannot sleep" in (job.last_error_detail or "")
+    ids = {
+        how: client.enqueue("keyed", {"how": how}, ordering_key=f"acct-{how}")
+        for how in ("sleep", "wait", "gather")
+    }
+    behind = client.enqueue("keyed", {"how": "none"}, ordering_key="acct-sleep")
+    worker = leaseq.Worker(app, _config(drain=False))
+    run = asyncio.create_task(worker.run())
+    await _until(
+        lambda: all(_status(client, i) is JobStatus.DEAD for i in ids.values()), "three dead"
+    )
+    worker.stop()
+    await asyncio.wait_for(run, 30)
+    for job_id in ids.values():
+        job = client.get_job(job_id)
+        assert job is not None and job.status is JobStatus.DEAD, job
+        # Dead at once, with a code: no retry could ever suspend it.
+        assert (job.attempt_count, job.last_error_code) == (1, "SUSPEND_REFUSED"), job
+        assert "ordering key cannot" in (job.last_error_detail or ""), job
+    # The key's order holds: the job behind the dead head waits for a replay or a skip.
+    assert _status(client, behind) is JobStatus.PENDING
+    assert rows(dsn, "SELECT blocked FROM {s}.jobs WHERE id = %s", schema, behind) == [(True,)]
 
 
 async def test_the_approval_flow_of_docs_durable_runs_as_pasted(
