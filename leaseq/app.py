@@ -463,13 +463,14 @@ class App:
         grace: float = DEFAULT_GRACE,
         overlap: str = "allow",
         enabled: bool = True,
+        cost: int | None = None,
     ) -> None:
         """Declare a periodic schedule: ``task`` is enqueued with ``payload`` at every tick of
         ``cron`` (5 fields, or 6 with a leading seconds field, read in time zone ``tz``) or
         every ``every`` seconds (a number or timedelta, at least 1). Checked now: a bad value
         raises a one-line ConfigError. Workers store the app's schedules when they start
         and tick them (see docs/schedules.md for the catch-up, overlap and DST rules).
-        ``queue`` and ``priority`` default to the task's."""
+        ``queue``, ``priority`` and ``cost`` default to the task's."""
         task_name = task.name if isinstance(task, Task) else task
         if name in self.schedules:
             raise ConfigError(f"schedule {name!r} is declared twice")
@@ -488,6 +489,8 @@ class App:
             options["queue"] = queue
         if priority is not None:
             options["priority"] = priority
+        if cost is not None:
+            options["cost"] = cost
         schedule_def(name, task_name, **options)  # checked now, resolved at worker start
         self.schedules[name] = (task_name, options)
 
@@ -502,6 +505,7 @@ class App:
                     "queue": task.queue,
                     "priority": task.priority,
                     "max_attempts": task.max_attempts,
+                    "cost": task.cost,
                 }
             found.append(schedule_def(name, task_name, **{**defaults, **options}))
         return found

@@ -190,6 +190,7 @@ class ScheduleOps(PayloadOps):
         grace: float = 600.0,
         overlap: str = "allow",
         enabled: bool = True,
+        cost: int = 1,
         actor: str | None = None,
         reason: str | None = None,
         connection: Connection[Any] | None = None,
@@ -212,6 +213,7 @@ class ScheduleOps(PayloadOps):
             grace=grace,
             overlap=overlap,
             enabled=enabled,
+            cost=cost,
         )
         with self._transaction(connection) as conn:
             ((now,),) = self._rows("db_now", None, conn)
@@ -237,6 +239,7 @@ class ScheduleOps(PayloadOps):
         catch_up_max: int | None = None,
         grace: float | None = None,
         overlap: str | None = None,
+        cost: int | None = None,
         actor: str | None = None,
         reason: str | None = None,
         connection: Connection[Any] | None = None,
@@ -257,6 +260,7 @@ class ScheduleOps(PayloadOps):
             "catch_up_max": catch_up_max,
             "grace": grace,
             "overlap": overlap,
+            "cost": cost,
         }
         with self._transaction(connection) as conn:
             current = self._locked(conn, name)

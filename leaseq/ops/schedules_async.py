@@ -194,6 +194,7 @@ class AsyncScheduleOps(AsyncPayloadOps):
         grace: float = 600.0,
         overlap: str = "allow",
         enabled: bool = True,
+        cost: int = 1,
         actor: str | None = None,
         reason: str | None = None,
         connection: AsyncConnection[Any] | None = None,
@@ -216,6 +217,7 @@ class AsyncScheduleOps(AsyncPayloadOps):
             grace=grace,
             overlap=overlap,
             enabled=enabled,
+            cost=cost,
         )
         async with self._transaction(connection) as conn:
             ((now,),) = await self._rows("db_now", None, conn)
@@ -241,6 +243,7 @@ class AsyncScheduleOps(AsyncPayloadOps):
         catch_up_max: int | None = None,
         grace: float | None = None,
         overlap: str | None = None,
+        cost: int | None = None,
         actor: str | None = None,
         reason: str | None = None,
         connection: AsyncConnection[Any] | None = None,
@@ -261,6 +264,7 @@ class AsyncScheduleOps(AsyncPayloadOps):
             "catch_up_max": catch_up_max,
             "grace": grace,
             "overlap": overlap,
+            "cost": cost,
         }
         async with self._transaction(connection) as conn:
             current = await self._locked(conn, name)

@@ -49,6 +49,8 @@ class ScheduleDef:
     grace: float = DEFAULT_GRACE
     overlap: str = "allow"
     enabled: bool = True
+    #: Its jobs' cost: the units they take of every concurrency limit (docs/limits.md).
+    cost: int = 1
     #: The payload as stored (JSON text), filled in by __post_init__.
     payload_text: str = field(default="", compare=False, repr=False)
 
@@ -58,6 +60,7 @@ class ScheduleDef:
         validate.check_name("queue", self.queue)
         validate.check_priority(self.priority)
         validate.check_max_attempts(self.max_attempts)
+        validate.check_cost(self.cost)
         check_policies(self.catch_up, self.catch_up_max, self.grace, self.overlap)
         if not isinstance(self.enabled, bool):
             raise ConfigError(f"enabled must be True or False, got {self.enabled!r}")
@@ -80,6 +83,7 @@ class ScheduleDef:
             "grace_seconds": float(self.grace),
             "overlap": self.overlap,
             "enabled": self.enabled,
+            "cost": self.cost,
             "next_tick": next_tick,
             "actor": actor,
         }
@@ -177,7 +181,7 @@ def schedule_from_row(row: Sequence[Any]) -> Schedule:
     the timing is not re-validated against this cronsim (it was checked when stored)."""
     (name, task, cron, every, payload, tz, queue, priority, max_attempts, catch_up,
      catch_up_max, grace, overlap, enabled, source, last_tick, next_tick, last_job_id,
-     last_job_status, skipped, updated_by, updated_at, created_at, read_at) = row  # fmt: skip
+     last_job_status, skipped, updated_by, updated_at, created_at, cost, read_at) = row  # fmt: skip
     timing = Timing.__new__(Timing)
     object.__setattr__(timing, "cron", cron)
     object.__setattr__(timing, "every", every)
@@ -196,6 +200,7 @@ def schedule_from_row(row: Sequence[Any]) -> Schedule:
         "grace": grace,
         "overlap": overlap,
         "enabled": enabled,
+        "cost": cost,
         "payload_text": payload,
     }
     for key, value in values.items():

@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 33
+-- schema version: 34
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -50,7 +50,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (30, 'job_cost'),
   (31, 'gather_wake'),
   (32, 'signal_seq'),
-  (33, 'sql_api_cost');
+  (33, 'sql_api_cost'),
+  (34, 'schedule_cost');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -400,6 +401,8 @@ CREATE TABLE {schema}.schedules (
   updated_by text,
   updated_at timestamptz NOT NULL DEFAULT now(),
   created_at timestamptz NOT NULL DEFAULT now(),
+  -- Its jobs' cost (version 34): the units they take of every concurrency limit.
+  cost integer NOT NULL DEFAULT 1,
   CONSTRAINT schedules_one_timing CHECK ((cron IS NULL) <> (every_seconds IS NULL)),
   CONSTRAINT schedules_every_positive CHECK (every_seconds >= 1),
   CONSTRAINT schedules_catch_up CHECK (catch_up IN ('none', 'latest', 'all')),
@@ -407,7 +410,8 @@ CREATE TABLE {schema}.schedules (
   CONSTRAINT schedules_grace CHECK (grace_seconds BETWEEN 1 AND 86400),
   CONSTRAINT schedules_overlap CHECK (overlap IN ('allow', 'skip', 'queue')),
   CONSTRAINT schedules_source CHECK (source IN ('code', 'dynamic')),
-  CONSTRAINT schedules_max_attempts CHECK (max_attempts >= 1)
+  CONSTRAINT schedules_max_attempts CHECK (max_attempts >= 1),
+  CONSTRAINT schedules_cost_range CHECK (cost BETWEEN 1 AND 1000)
 );
 
 -- The tickers' question, "which enabled schedule is due?", reads only this index.

@@ -291,3 +291,29 @@ def test_the_sql_apis_enqueue_takes_cost_by_name_and_refuses_a_bad_one(
             conn.execute(f"SELECT {schema}.enqueue('t', cost => 0)")
     assert client.get_job(int(job)).cost == 3  # type: ignore[union-attr]
     assert rows(dsn, "SELECT count(*) FROM {s}.jobs", schema)[0][0] == 1
+
+
+def test_a_schedules_jobs_carry_its_cost_from_the_task_or_its_own(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Boundary: the tick path (tick_job inserts its job from the schedules row). Invariant:
+    # the job has the schedule's cost: the task's default for a code schedule, its own for
+    # a dynamic one; a bad one is refused and stores nothing.
+    app = leaseq.App(dsn, schema=schema)
+
+    @app.task(name="render", cost=4)
+    def render(ctx: leaseq.JobContext, payload: Any) -> None: ...
+
+    app.schedule("nightly", task=render, every=3600)
+    app.schedule("light", task=render, every=3600, cost=1)
+    assert client.sync_code_schedules(app.schedule_defs(), app.tasks, actor="w") == ([], [])
+    added = client.schedule_add("dyn", task="t", every=3600, cost=2)
+    assert added.definition.cost == 2
+    changed = client.schedule_change("dyn", cost=3)
+    assert changed.definition.cost == 3
+    ids = {name: client.schedule_run_now(name) for name in ("nightly", "light", "dyn")}
+    costs = {name: client.get_job(i).cost for name, i in ids.items()}  # type: ignore[union-attr]
+    assert costs == {"nightly": 4, "light": 1, "dyn": 3}
+    with pytest.raises(ConfigError, match="cost must be"):
+        client.schedule_add("bad", task="t", every=3600, cost=0)
+    assert [s.definition.name for s in client.schedules() if s.definition.name == "bad"] == []

@@ -7,7 +7,7 @@ s.name, s.task, s.cron, s.every_seconds, s.payload::text, s.tz, s.queue, s.prior
 s.max_attempts, s.catch_up, s.catch_up_max, s.grace_seconds, s.overlap, s.enabled, s.source,
 s.last_tick, s.next_tick, s.last_job_id,
 (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id) AS last_job_status,
-s.skipped_ticks, s.updated_by, s.updated_at, s.created_at
+s.skipped_ticks, s.updated_by, s.updated_at, s.created_at, s.cost
 
 -- name: lock_due_schedule
 -- One due schedule, locked for this ticker's transaction; tickers skip each other's rows.
@@ -44,14 +44,15 @@ WITH id AS (
 ), job AS (
   INSERT INTO {schema}.jobs
     (id, queue_name, task, payload, priority, base_priority, max_attempts, idempotency_key,
-     ordering_key, key_policy, blocked)
+     ordering_key, key_policy, blocked, cost)
   OVERRIDING SYSTEM VALUE
   SELECT tick.job_id, s.queue, s.task, s.payload, s.priority, s.priority, s.max_attempts,
          %(idempotency_key)s, %(ordering_key)s::text, 'skip',
          %(ordering_key)s::text IS NOT NULL AND EXISTS (
            SELECT 1 FROM {schema}.jobs AS b
            WHERE b.ordering_key = %(ordering_key)s::text AND {_key_blocking}
-         )
+         ),
+         s.cost
   FROM tick JOIN {schema}.schedules AS s ON s.name = %(name)s
   RETURNING id, queue_name
 )
@@ -94,14 +95,14 @@ FROM {schema}.schedules WHERE enabled;
 INSERT INTO {schema}.schedules AS s
   (name, task, cron, every_seconds, payload, tz, queue, priority, max_attempts, catch_up,
    catch_up_max, grace_seconds, overlap, enabled, declared_enabled, source, next_tick,
-   updated_by)
+   updated_by, cost)
 VALUES (%(name)s, %(task)s, %(cron)s, %(every_seconds)s, %(payload)s::jsonb, %(tz)s,
         %(queue)s, %(priority)s, %(max_attempts)s, %(catch_up)s, %(catch_up_max)s,
         %(grace_seconds)s, %(overlap)s, %(enabled)s, %(enabled)s, 'code', %(next_tick)s,
-        %(actor)s)
+        %(actor)s, %(cost)s)
 ON CONFLICT (name) DO UPDATE
 SET task = excluded.task, payload = excluded.payload, queue = excluded.queue,
-    priority = excluded.priority, max_attempts = excluded.max_attempts,
+    priority = excluded.priority, max_attempts = excluded.max_attempts, cost = excluded.cost,
     catch_up = excluded.catch_up, catch_up_max = excluded.catch_up_max,
     grace_seconds = excluded.grace_seconds, overlap = excluded.overlap,
     cron = excluded.cron, every_seconds = excluded.every_seconds, tz = excluded.tz,
@@ -116,13 +117,13 @@ SET task = excluded.task, payload = excluded.payload, queue = excluded.queue,
       THEN excluded.next_tick ELSE s.next_tick END,
     updated_by = CASE WHEN (s.task, s.cron, s.every_seconds, s.payload, s.tz, s.queue,
                             s.priority, s.max_attempts, s.catch_up, s.catch_up_max,
-                            s.grace_seconds, s.overlap, s.declared_enabled)
+                            s.grace_seconds, s.overlap, s.declared_enabled, s.cost)
                            IS DISTINCT FROM
                            (excluded.task, excluded.cron, excluded.every_seconds,
                             excluded.payload, excluded.tz, excluded.queue, excluded.priority,
                             excluded.max_attempts, excluded.catch_up, excluded.catch_up_max,
                             excluded.grace_seconds, excluded.overlap,
-                            excluded.declared_enabled)
+                            excluded.declared_enabled, excluded.cost)
                       THEN excluded.updated_by ELSE s.updated_by END,
     updated_at = now()
 WHERE s.source = 'code'
@@ -141,10 +142,11 @@ RETURNING name;
 -- A dynamic schedule (Client.schedule_add); a name already taken is an error.
 INSERT INTO {schema}.schedules
   (name, task, cron, every_seconds, payload, tz, queue, priority, max_attempts, catch_up,
-   catch_up_max, grace_seconds, overlap, enabled, source, next_tick, updated_by)
+   catch_up_max, grace_seconds, overlap, enabled, source, next_tick, updated_by, cost)
 VALUES (%(name)s, %(task)s, %(cron)s, %(every_seconds)s, %(payload)s::jsonb, %(tz)s,
         %(queue)s, %(priority)s, %(max_attempts)s, %(catch_up)s, %(catch_up_max)s,
-        %(grace_seconds)s, %(overlap)s, %(enabled)s, 'dynamic', %(next_tick)s, %(actor)s)
+        %(grace_seconds)s, %(overlap)s, %(enabled)s, 'dynamic', %(next_tick)s, %(actor)s,
+        %(cost)s)
 ON CONFLICT (name) DO NOTHING
 RETURNING name;
 
@@ -156,7 +158,7 @@ SET task = %(task)s, cron = %(cron)s, every_seconds = %(every_seconds)s,
     payload = %(payload)s::jsonb, tz = %(tz)s, queue = %(queue)s, priority = %(priority)s,
     max_attempts = %(max_attempts)s, catch_up = %(catch_up)s, catch_up_max = %(catch_up_max)s,
     grace_seconds = %(grace_seconds)s, overlap = %(overlap)s, enabled = %(enabled)s,
-    next_tick = %(next_tick)s, updated_by = %(actor)s, updated_at = now()
+    cost = %(cost)s, next_tick = %(next_tick)s, updated_by = %(actor)s, updated_at = now()
 WHERE name = %(name)s;
 
 -- name: delete_schedule
