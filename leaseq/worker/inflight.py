@@ -275,6 +275,9 @@ class InFlight:
 
     def forget(self, running: Running) -> None:
         self._running.pop(running.key, None)
+        # Nothing cancels an attempt once it left: dropping its task ends the one cycle a
+        # sync attempt has (its SyncJob names it back), so reference counting frees both.
+        running.task = None
         self.slot_freed.set()
         self.helper_slot_freed.set()
 
