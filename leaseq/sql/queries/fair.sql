@@ -127,6 +127,13 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
   LEFT JOIN claimed AS cl ON cl.id = h.id
   GROUP BY h.fkey
   HAVING count(cl.id) > 0
+), mine AS MATERIALIZED (
+  -- The rows of the keys taken from, locked once, SKIP LOCKED (a row another claim holds
+  -- keeps its pass: it is advanced by the next claim that gets it). Materialized: as a
+  -- semi-join's inner side this was locked again for every key (five times the buffers).
+  SELECT x.fairness_key FROM {schema}.fair_keys AS x
+  WHERE x.queue_name = %(queue)s AND x.fairness_key IN (SELECT fkey FROM took)
+  FOR UPDATE SKIP LOCKED
 ), advanced AS (
   -- A key whose last claimable job was just claimed is parked at once (briefly), so it
   -- does not take a place among the next claim's keys in turn (unless an enqueue touched
@@ -137,12 +144,17 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
                           THEN now() + interval '0.05 seconds' END,
       park_step = CASE WHEN t.drained AND f.gen = kq.gen THEN 0.05 ELSE 0 END,
       active_at = now()
-  FROM took AS t JOIN kq USING (fkey)
+  FROM took AS t JOIN kq USING (fkey) JOIN mine AS m ON m.fairness_key = t.fkey
   WHERE f.queue_name = %(queue)s AND f.fairness_key = t.fkey
-    AND f.fairness_key IN (SELECT x.fairness_key FROM {schema}.fair_keys AS x
-                           WHERE x.queue_name = %(queue)s
-                             AND x.fairness_key IN (SELECT fkey FROM took)
-                           FOR UPDATE SKIP LOCKED)
+), idle AS MATERIALIZED (
+  -- The rows of the keys found with nothing claimable (and no sleeper woken here), locked
+  -- once, SKIP LOCKED, at the gen this statement read (an enqueue since: not parked).
+  SELECT x.fairness_key FROM {schema}.fair_keys AS x JOIN kq AS y
+    ON y.fkey = x.fairness_key AND y.gen = x.gen
+  WHERE x.queue_name = %(queue)s
+    AND NOT EXISTS (SELECT 1 FROM found WHERE found.fkey = y.fkey)
+    AND y.fkey NOT IN (SELECT coalesce(w.fairness_key, '') FROM woken AS w)
+  FOR UPDATE OF x SKIP LOCKED
 ), parked AS (
   -- Parked until its next scheduled job at the latest (the first of its first 100 pending
   -- entries in claim order that is not due yet: exact within one priority).
@@ -165,15 +177,8 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
              ORDER BY c.priority DESC, c.available_at, c.id LIMIT 100) AS s
            WHERE s.available_at > now())
         END)
-  FROM kq
+  FROM kq JOIN idle AS i ON i.fairness_key = kq.fkey
   WHERE f.queue_name = %(queue)s AND f.fairness_key = kq.fkey AND f.gen = kq.gen
-    AND NOT EXISTS (SELECT 1 FROM found WHERE found.fkey = kq.fkey)
-    AND kq.fkey NOT IN (SELECT coalesce(w.fairness_key, '') FROM woken AS w)
-    AND f.fairness_key IN (SELECT x.fairness_key FROM {schema}.fair_keys AS x JOIN kq AS y
-                             ON y.fkey = x.fairness_key AND y.gen = x.gen
-                           WHERE x.queue_name = %(queue)s
-                             AND NOT EXISTS (SELECT 1 FROM found WHERE found.fkey = y.fkey)
-                           FOR UPDATE OF x SKIP LOCKED)
 ), rewake AS (
   -- The keys of the sleepers this statement woke, parked and not among its keys in turn:
   -- unparked (as an enqueue would), SKIP LOCKED (a row another claim holds is left as it
