@@ -11,6 +11,15 @@ worker at concurrency 10 without the handler), configured as a worker's (generic
 Rounds alternate the order of the two modes. Prints jobs/s per mode per round, the
 medians and the ratio fair / plain (target >= 0.85).
 
+Counts: the fair claim statement on ``--keys`` keys of 5 jobs each and the plain one on
+as many keyless jobs, 200 claims each: shared buffers read and WAL bytes per claim of 10
+(pg_stat_database and the WAL position around each claim; PostgreSQL 15+, and the server
+must have nothing else running). Counts, not times: they hold on a busy machine.
+
+Trigger: the same bare ``claim_jobs`` with migration 29's ``jobs_fair_ready`` trigger and
+without it, in alternating blocks of 50 claims (its WHEN clause is evaluated for every row a
+claim updates).
+
 Statement: on one connection, the bare ``claim_jobs`` (prepared) of a queue without keys
 against the same text without its ``_queue_is_fair`` check, alternating claim by claim
 (target: at most 1.03).
@@ -21,6 +30,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
+
+from psycopg import sql
 
 import leaseq
 from bench.db import PENDING_ROWS, connect, fresh_schema, insert_rows, vacuum_analyze
@@ -82,6 +94,85 @@ def _statement_cost(dsn: str, claims: int) -> tuple[float, float]:
     return statistics.median(took["now"]), statistics.median(took["before"])
 
 
+def _trigger_cost(dsn: str, claims: int) -> tuple[float, float]:
+    """The bare claim_jobs of a queue without keys with the jobs_fair_ready trigger (its WHEN
+    clause, evaluated for every claimed row) and with it disabled: blocks of 50 claims
+    alternating between the two (a trigger is switched by DDL, so not claim by claim), the
+    first 10 of each block left out (plans made again after the switch). Medians, seconds."""
+    blocks = max(2, claims // 50)
+    with fresh_schema(dsn, "fair_trigger") as client, connect(dsn) as conn:
+        insert_rows(conn, client.schema, PENDING_ROWS, blocks * 60 * 10 + 1000)
+        vacuum_analyze(conn, client.schema)
+        conn.autocommit = True
+        conn.execute("SET plan_cache_mode = force_generic_plan; SET jit = off")
+        table = sql.SQL("{}.jobs").format(sql.Identifier(client.schema))
+        params = {"queue": "default", "owner": "bench", "lease_seconds": 60.0, "limit": 10}
+        took: dict[bool, list[float]] = {True: [], False: []}
+        for b in range(blocks):
+            on = b % 2 == 0
+            switch = "ENABLE" if on else "DISABLE"
+            conn.execute(
+                sql.SQL(f"ALTER TABLE {{}} {switch} TRIGGER jobs_fair_ready").format(table)
+            )
+            for i in range(60):
+                started = time.perf_counter()
+                got = conn.execute(client.queries["claim_jobs"], params, prepare=True).fetchall()
+                if i >= 10:
+                    took[on].append(time.perf_counter() - started)
+                if len(got) != 10:
+                    raise SystemExit("ran out of pending jobs")
+    return statistics.median(took[True]), statistics.median(took[False])
+
+
+def _per_claim(conn: Any, text: str, params: dict[str, Any], claims: int) -> tuple[float, float]:
+    """Buffers (hit + read) and WAL bytes per claim statement, from pg_stat_database and the
+    WAL position around each claim (the server must have nothing else running)."""
+
+    def snap() -> tuple[int, Any]:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        conn.execute("SELECT 1")  # the flush happens at this statement's end
+        row = conn.execute(
+            "SELECT blks_hit + blks_read, pg_current_wal_lsn() FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        ).fetchone()
+        return int(row[0]), row[1]
+
+    noise = []
+    for _ in range(20):
+        h0, _l = snap()
+        h1, _l = snap()
+        noise.append(h1 - h0)
+    base = statistics.median(noise)
+    hits, wal = [], []
+    for _ in range(claims):
+        h0, l0 = snap()
+        if len(conn.execute(text, params, prepare=True).fetchall()) != params["limit"]:
+            raise SystemExit("ran out of pending jobs")
+        h1, l1 = snap()
+        hits.append(h1 - h0 - base)
+        wal.append(int(conn.execute("SELECT %s::pg_lsn - %s::pg_lsn", (l1, l0)).fetchone()[0]))
+    return statistics.mean(hits), statistics.mean(wal)
+
+
+def _claim_counts(dsn: str, keys: int, claims: int) -> dict[str, tuple[float, float]]:
+    """The fair claim on ``keys`` keys of 5 jobs each and the plain claim on as many keyless
+    jobs: buffers and WAL bytes per claim of 10 (counts, not times: they hold on a busy
+    machine, unlike the drain's)."""
+    params = {"queue": "default", "owner": "bench", "lease_seconds": 60.0, "limit": 10}
+    found: dict[str, tuple[float, float]] = {}
+    for mode in ("fair", "plain"):
+        with fresh_schema(dsn, f"fair_count_{mode}") as client, connect(dsn) as conn:
+            if mode == "fair":
+                _fill(dsn, client, 5 * keys, keys)
+            else:
+                _fill(dsn, client, 5 * keys, 0)
+            conn.autocommit = True
+            conn.execute("SET plan_cache_mode = force_generic_plan; SET jit = off")
+            statement = "claim_fair_jobs" if mode == "fair" else "claim_jobs"
+            found[mode] = _per_claim(conn, client.queries[statement], params, claims)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dsn", default=None, help="default: env LEASEQ_DSN, else embedded")
@@ -108,7 +199,19 @@ def main() -> None:
         f"{med['plain']:,.0f} jobs/s, fair {med['fair']:,.0f} jobs/s, "
         f"fair / plain {med['fair'] / med['plain']:.3f} (target >= 0.85)"
     )
+    counts = _claim_counts(dsn, args.keys, 200)
+    print(
+        "per claim of 10 (buffers, WAL bytes): fair {:.0f}, {:.0f}; plain {:.0f}, {:.0f}".format(
+            *counts["fair"], *counts["plain"]
+        )
+    )
     now, before = _statement_cost(dsn, args.claims)
+    with_trigger, without = _trigger_cost(dsn, args.claims)
+    print(
+        f"claim_jobs of a queue without keys, with the fair-wake trigger: "
+        f"{with_trigger * 1000:.3f} ms, without it {without * 1000:.3f} ms: "
+        f"{with_trigger / without:.3f}"
+    )
     print(
         f"claim_jobs of a queue without keys: {now * 1000:.3f} ms, without the fair check "
         f"{before * 1000:.3f} ms: {now / before:.3f} (target <= 1.03)"
