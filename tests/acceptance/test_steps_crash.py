@@ -98,15 +98,18 @@ def test_steps_without_a_transaction_recorded_in_shared_writes_survive_a_crash_o
     one statement with other jobs' records (the worker's group commit). Killed right after
     the step returned, its record is there (it committed before the handler went on) and
     the step never runs again; killed or paused inside it, nothing was recorded, and the
-    resumed process's record (through the shared write, beside other jobs' records) is
-    refused by the fence."""
+    resumed process's record (through the shared write, which the jobs it claimed meanwhile
+    may share) is refused by the fence."""
     work, others = tmp_path / "work", tmp_path / "others"
     work.mkdir()
     others.mkdir()
     job_id = client.enqueue("pure_steps", {"dir": str(work), "point": point})
-    # Jobs running beside it on the same worker, so that the writes are shared.
+    # Jobs running beside it on the same worker, so that the writes are shared. (Not before
+    # a pause: a paused worker in the middle of a completion's transaction would hold those
+    # jobs' rows, and the other worker could not sweep them until it resumes.)
     fillers = [
-        client.enqueue("pure_steps", {"dir": str(others), "point": "none"}) for _ in range(30)
+        client.enqueue("pure_steps", {"dir": str(others), "point": "none"})
+        for _ in range(30 if how == "kill" else 0)
     ]
     lease = ("--lease-seconds", "2") if how == "pause" else ()
     a = WorkerProcess(dsn, schema, *FAST, *lease, log_dir=tmp_path, app=APP)

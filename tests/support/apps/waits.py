@@ -120,3 +120,16 @@ def slow_kid(ctx: leaseq.JobContext, payload: dict[str, Any]) -> int:
 def gatherer(ctx: leaseq.JobContext, payload: dict[str, Any]) -> Any:
     ids = ctx.spawn_many([("slow_kid", {"n": n, "dir": payload["dir"]}) for n in (1, 2)])
     return ctx.gather(ids, poll=3600)  # only a child's end can wake it within the test
+
+
+@app.task(name="approve_twice", store_result=True)
+def approve_twice(ctx: leaseq.JobContext, payload: dict[str, Any]) -> Any:
+    try:
+        first = ctx.wait_for("ok", timeout=120)
+        _hold(ctx, payload)  # the first attempt stops here, its first delivery recorded
+        second = ctx.wait_for("ok", timeout=120)
+        return [first, second, _step(ctx, payload, "after", "done")]
+    except leaseq.JobAborted as exc:
+        if not isinstance(exc, leaseq.JobSuspended):
+            pathlib.Path(payload["dir"], "lost").write_text(str(exc))
+        raise
