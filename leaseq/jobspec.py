@@ -266,7 +266,7 @@ OPTIONS: tuple[Option, ...] = (
         1,
         validate.check_cost,
         ("cost",),
-        _EVERY_INSERT | {"sig", "tick"},
+        _ALL,
         "the units (slots) it takes of every concurrency limit that applies (docs/limits.md)",
     ),
     Option(

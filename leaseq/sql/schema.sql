@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 34
+-- schema version: 35
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -51,7 +51,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (31, 'gather_wake'),
   (32, 'signal_seq'),
   (33, 'sql_api_cost'),
-  (34, 'schedule_cost');
+  (34, 'schedule_cost'),
+  (35, 'callback_cost');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -1736,14 +1737,16 @@ WITH b AS (
   RETURNING batch_id, kind, job_id
 ), ins AS (
   INSERT INTO {schema}.jobs
-    (id, queue_name, task, payload, priority, base_priority, max_attempts)
+    (id, queue_name, task, payload, priority, base_priority, max_attempts, cost)
   OVERRIDING SYSTEM VALUE
   SELECT cb.job_id, c.spec->>'queue', c.spec->>'task',
          jsonb_build_object('batch_id', c.batch_id, 'kind', c.kind, 'total', c.total,
                             'succeeded', c.succeeded, 'dead', c.dead,
                             'cancelled', c.cancelled, 'payload', c.spec->'payload'),
          (c.spec->>'priority')::int, (c.spec->>'priority')::int,
-         (c.spec->>'max_attempts')::int
+         (c.spec->>'max_attempts')::int,
+         -- A spec stored before job cost (version 30) has none: cost 1.
+         coalesce((c.spec->>'cost')::int, 1)
   FROM cb JOIN calls AS c ON c.batch_id = cb.batch_id AND c.kind = cb.kind
   RETURNING id, queue_name
 ), done AS (

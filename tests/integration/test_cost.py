@@ -15,6 +15,7 @@ import pytest
 
 import leaseq
 from leaseq import ConfigError, JobStatus
+from leaseq.workflows import callback_spec
 from tests.support.helpers import expire_lease, rows
 
 FAST = leaseq.RetryPolicy(base=0.001, cap=0.01)
@@ -317,3 +318,35 @@ def test_a_schedules_jobs_carry_its_cost_from_the_task_or_its_own(
     with pytest.raises(ConfigError, match="cost must be"):
         client.schedule_add("bad", task="t", every=3600, cost=0)
     assert [s.definition.name for s in client.schedules() if s.definition.name == "bad"] == []
+
+
+def test_a_fair_queues_claim_moves_its_queue_limit_to_slot_rows_too(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Boundary: the first costly job under a queue limit is met by claim_fair_jobs (LQ011
+    # from admit() inside it). Invariant: the limit moves, the fair claim goes on, units fit.
+    client.set_limit("queue:f", concurrency=3)
+    a = int(client.enqueue("t", None, queue="f", fairness_key="A", cost=2))
+    b = int(client.enqueue("t", None, queue="f", fairness_key="B", cost=2))
+    got = client.claim("f", worker="w", limit=10)
+    assert len(got) == 1 and got[0].job_id in (a, b), "2 + 2 > 3: one of the two"
+    assert _slot_rows_flag(dsn, schema, "queue:f")
+    assert _units(dsn, schema) == {"queue:f": 2}
+    assert client.complete(got[0])
+    (last,) = client.claim("f", worker="w", limit=10)
+    assert {got[0].job_id, last.job_id} == {a, b}
+    assert client.complete(last)
+    assert _units(dsn, schema) == {}
+
+
+def test_a_batch_callback_carries_its_cost(client: leaseq.Client, dsn: str, schema: str) -> None:
+    # Boundary: the callback path (its job is inserted by the database when the batch
+    # fires, from the stored signature). Invariant: the callback job has the cost given.
+    with client.batch(on_success=leaseq.Sig("report", None, {"queue": "cb", "cost": 2})) as b:
+        b.enqueue("send", 1)
+    (lease,) = client.claim(worker="w", limit=5)
+    assert client.complete(lease)
+    found = rows(dsn, "SELECT task, cost FROM {s}.jobs WHERE queue_name = 'cb'", schema)
+    assert [(str(r[0]), int(r[1])) for r in found] == [("report", 2)]
+    with pytest.raises(ConfigError, match="cost must be"):
+        callback_spec(leaseq.Sig("report", None, {"cost": 0}))

@@ -183,14 +183,14 @@ def test_the_signature_and_callback_options_are_the_declared_ones() -> None:
         "fairness_key",
         "cost",
     } == jobspec.SIG_OPTIONS
-    assert {"queue", "priority", "max_attempts"} == jobspec.CALLBACK_OPTIONS
+    assert {"queue", "priority", "max_attempts", "cost"} == jobspec.CALLBACK_OPTIONS
     from leaseq.workflows import callback_spec
 
     spec = callback_spec(leaseq.Sig("cb", {"x": 1}))
     assert spec == {
         "task": "cb",
         "payload": {"x": 1},
-        **{k: DEFAULTS[k] for k in ("queue", "priority", "max_attempts")},
+        **{k: DEFAULTS[k] for k in ("queue", "priority", "max_attempts", "cost")},
     }
 
 

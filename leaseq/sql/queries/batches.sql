@@ -82,14 +82,16 @@ WITH b AS (
   RETURNING batch_id, kind, job_id
 ), ins AS (
   INSERT INTO {schema}.jobs
-    (id, queue_name, task, payload, priority, base_priority, max_attempts)
+    (id, queue_name, task, payload, priority, base_priority, max_attempts, cost)
   OVERRIDING SYSTEM VALUE
   SELECT cb.job_id, c.spec->>'queue', c.spec->>'task',
          jsonb_build_object('batch_id', c.batch_id, 'kind', c.kind, 'total', c.total,
                             'succeeded', c.succeeded, 'dead', c.dead,
                             'cancelled', c.cancelled, 'payload', c.spec->'payload'),
          (c.spec->>'priority')::int, (c.spec->>'priority')::int,
-         (c.spec->>'max_attempts')::int
+         (c.spec->>'max_attempts')::int,
+         -- A spec stored before job cost (version 30) has none: cost 1.
+         coalesce((c.spec->>'cost')::int, 1)
   FROM cb JOIN calls AS c ON c.batch_id = cb.batch_id AND c.kind = cb.kind
   RETURNING id, queue_name
 ), done AS (
