@@ -29,6 +29,7 @@ from leaseq.models import (
 from leaseq.ops.base_async import AsyncClientBase, Row
 from leaseq.params import job_filter
 from leaseq.rows import effect_from_row, event_from_row, job_from_row, stats_from_row
+from leaseq.rules.fairness import TOP_KEYS, FairKey, fair_keys_from_rows
 from leaseq.rules.limits import Limit, limit_from_row
 from leaseq.rules.pauses import Pause, pauses_from_rows
 
@@ -254,6 +255,16 @@ class AsyncWebOps(AsyncClientBase):
         dashboard's statement timeout."""
         (rows,) = await self._web_rows([("list_limits", {})])
         return [limit_from_row(r) for r in rows]
+
+    async def web_fair_keys(self, queue: str, *, limit: int = TOP_KEYS) -> list[FairKey]:
+        """A fair queue's keys with the largest backlogs (``fair_keys()``), under the
+        dashboard's statement timeout: a key's backlog is a count of its pending jobs."""
+        params = {
+            "queue": validate.check_name("queue", queue),
+            "limit": validate.check_int("limit", limit, 1, 10_000),
+        }
+        (rows,) = await self._web_rows([("fair_keys", params)])
+        return fair_keys_from_rows(rows)
 
     async def web_workers(self) -> list[WorkerLeases]:
         """Who holds leases now, per lease owner (at most 1000 owners)."""

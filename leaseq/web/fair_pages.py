@@ -62,7 +62,7 @@ class FairPages:
     ) -> Response:
         try:
             name = forms.text(request.path_params, "name", "queue") or ""
-            keys = await self.web.client.fair_keys(name, limit=TOP_KEYS_SHOWN)
+            keys = await self.web.client.web_fair_keys(name, limit=TOP_KEYS_SHOWN)
         except forms.BadInput as exc:
             context: dict[str, Any] = {"name": "", "keys": [], "error": str(exc)}
             return self.web.render(request, "fair_keys.html", context, 400)

@@ -100,7 +100,7 @@ class Pages:
         jobs = await self.web.client.web_jobs(queue=name, limit=20)
         pauses = [p for p in context["pauses"] if p.scope == "queue" and p.value == name]
         try:
-            keys = key_rows(await self.web.client.fair_keys(name, limit=TOP_KEYS_ON_QUEUE))
+            keys = key_rows(await self.web.client.web_fair_keys(name, limit=TOP_KEYS_ON_QUEUE))
         except ConfigError:  # not a queue name leaseq accepts: no keys to show
             keys = []
         return self.web.render(

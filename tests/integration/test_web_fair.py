@@ -13,7 +13,9 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 
 pytest.importorskip("starlette")
 pytest.importorskip("httpx")
@@ -117,3 +119,22 @@ def test_bad_weights_and_refusals_change_nothing(
         assert refused.status_code == 403 and "not allowed" in refused.text
     assert _weights(dsn, schema)["big"] == 1.0
     assert [e for e in client.admin_events() if e.action == "fair_weight"] == []
+
+
+def test_the_keys_page_runs_under_the_statement_timeout(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    # A key's backlog is a count of its jobs: the page reads it under the dashboard's
+    # statement timeout (web_fair_keys), so a slow count is a 503 message, not a hung page.
+    _fill(client)
+    aclient = leaseq.AsyncClient(dsn, schema=schema)
+    aclient.web_timeout_ms = 300
+    app = create_app(aclient, auth=BasicAuth(*AUTH), close_client=True)
+    with TestClient(app, headers=HEADERS) as tc, psycopg.connect(dsn) as blocker:
+        assert "big" in tc.get("/queues/default/keys").text
+        blocker.execute(
+            sql.SQL("LOCK TABLE {}.jobs IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(schema))
+        )
+        slow = tc.get("/queues/default/keys")
+        assert slow.status_code == 503 and "statement timeout" in slow.text
+        blocker.rollback()

@@ -31,6 +31,7 @@ REPLICA_READS = {
     "web_blocked_keys",
     "web_pauses",
     "web_limits",
+    "web_fair_keys",
     "web_autoscaling",
     "web_waiting",
     "web_job_links",
