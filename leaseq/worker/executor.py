@@ -266,8 +266,8 @@ class Executor:
                 finally:
                     self._slots.give_back()
             except asyncio.CancelledError:
-                if ctx.aborted is None:
-                    raise  # cancelled from outside (shutdown of an unstarted job)
+                if ctx.aborted is None or running.abandoned:
+                    raise  # cancelled from outside (shutdown of an unstarted job, the loop)
                 outcome = lease  # replaced in _submit by the abort's own outcome
             if ctx.completion_pending and not ctx.aborted:
                 outcome = await self._check_joined_completion(running, outcome)
@@ -332,15 +332,21 @@ class Executor:
             # thread's outcome must still be waited for after an abort (below).
             return await asyncio.shield(waiter)
         except asyncio.CancelledError:
-            if self._threads.withdraw(job) or running.ctx.aborted is None:
-                job.finished = True  # an outcome handed back later is dropped
+            if self._threads.withdraw(job):
+                job.finished = True  # no thread will run it: the abort (if any) is reported
                 raise
+            if not running.abort_cancel:
+                # From outside (the worker or its loop ending): waiting for a thread that may
+                # never end would hold that up for ever. Given up: nothing is reported.
+                running.abandoned = job.finished = True
+                raise
+            running.abort_cancel = False
         # Aborted while its thread runs it: the soft stop, then wait for the thread to end.
         self._soft_stop(running)
         try:
             return await asyncio.shield(waiter)
-        except asyncio.CancelledError:
-            job.finished = True
+        except asyncio.CancelledError:  # only from outside, as above
+            running.abandoned = job.finished = True
             raise
 
     async def _check_joined_completion(

@@ -113,6 +113,13 @@ class Running:
     stop_sent_at: float | None = None
     #: Monotonic time of the hard stop, if the thread is still running then.
     hard_stop_at: float | None = None
+    #: The abort's own cancel of ``task`` is on its way (set just before it): a sync
+    #: attempt's task takes that one as the soft stop's cue; any other cancel is from
+    #: outside (the worker or its loop ending) and ends the task at once.
+    abort_cancel: bool = False
+    #: Given up on by such a cancel while its thread ran on: nothing is reported under
+    #: the lease (it expires, and the sweep retries the job).
+    abandoned: bool = False
 
     @property
     def key(self) -> tuple[int, int]:
@@ -297,6 +304,7 @@ class InFlight:
         if running.task is not None:
             # A sync handler gets the soft stop raised in its thread (leaseq.worker.stops);
             # its outcome, the abort's failure, is reported once that thread has ended.
+            running.abort_cancel = True
             running.task.cancel()
 
     def count_abort(self, running: Running, reason: str) -> None:

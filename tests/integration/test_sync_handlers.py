@@ -18,7 +18,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 
 import leaseq
 from leaseq import JobStatus
@@ -268,3 +270,58 @@ async def test_a_sync_handler_past_max_runtime_is_stopped_before_its_retry_start
     assert job is not None
     assert (job.status, job.last_error_code) == (JobStatus.DEAD, "MAX_RUNTIME_EXCEEDED")
     assert stats.soft_stops == 2 and stats.aborted == {"MAX_RUNTIME_EXCEEDED": 2}
+
+
+async def test_a_traced_sync_attempt_whose_thread_is_stuck_ends_on_one_cancel_from_outside(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """The boundary: the worker (or its loop) ends while a traced sync attempt, aborted
+    from inside its thread (a fenced write refused: the lease was taken over), waits for a
+    thread that does not end. asyncio's loop teardown cancels each task once; the attempt's
+    task must end on that one cancel (before the fix it soft-stopped the thread and waited
+    for it again, and the loop's close hung for ever) and report nothing under the lost
+    lease."""
+    app = _app(dsn, schema)
+    app.tracing = _QuietTracing()  # type: ignore[assignment]
+    started, go, lost, release = (threading.Event() for _ in range(4))
+
+    @app.task(name="stuck", renew="alive")
+    def stuck(ctx: leaseq.JobContext, payload: Any) -> None:
+        started.set()
+        go.wait(30)
+        try:
+            ctx.effect("e", lambda key: key)
+        except leaseq.JobAborted:
+            lost.set()
+            release.wait()  # blocked in a C call: no soft stop lands until it returns
+
+    job_id = client.enqueue("stuck")
+    worker = asyncio.create_task(leaseq.Worker(app, _config(drain=False)).run())
+    leftovers: set[asyncio.Task[Any]] = set()
+    try:
+        while not started.is_set():
+            await asyncio.sleep(0.02)
+        before = asyncio.all_tasks()
+        with psycopg.connect(dsn, autocommit=True) as conn:  # another worker's claim, as it were
+            conn.execute(
+                sql.SQL("UPDATE {}.jobs SET lease_token = lease_token + 1 WHERE id = %s").format(
+                    sql.Identifier(schema)
+                ),
+                (job_id,),
+            )
+        go.set()
+        while not lost.is_set():
+            await asyncio.sleep(0.02)
+        worker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker
+        leftovers = {t for t in before if not t.done() and t is not asyncio.current_task()}
+        for task in leftovers:
+            task.cancel()  # once, as the loop's teardown does
+        _, pending = await asyncio.wait(leftovers, timeout=10) if leftovers else (set(), set())
+        assert not pending, f"tasks still waiting after one cancel: {pending}"
+    finally:
+        release.set()
+        go.set()
+    job = client.get_job(job_id)
+    assert job is not None and job.status == JobStatus.RUNNING  # nothing reported: it expires
