@@ -252,10 +252,15 @@ async def test_prune_and_purge_delete_step_and_effect_records_with_their_jobs(
 ) -> None:
     app = _app(dsn, schema)
 
+    @app.task(name="kid")
+    def kid(ctx: leaseq.JobContext, payload: Any) -> None:
+        return None
+
     @app.task(name="done")
     def done(ctx: leaseq.JobContext, payload: Any) -> None:
         ctx.step("s", lambda: 1)
         ctx.effect("e", lambda key: key)
+        ctx.spawn("kid", {})  # a step too: its children link and its gate row
 
     @app.task(name="dies")
     def dies(ctx: leaseq.JobContext, payload: Any) -> None:
@@ -265,13 +270,16 @@ async def test_prune_and_purge_delete_step_and_effect_records_with_their_jobs(
 
     finished, dead = client.enqueue("done"), client.enqueue("dies")
     await asyncio.wait_for(leaseq.Worker(app, _config()).run(), 60)
-    assert len(_steps(dsn, schema, finished)) == len(_steps(dsn, schema, dead)) == 1
+    assert len(_steps(dsn, schema, finished)) == 2 and len(_steps(dsn, schema, dead)) == 1
     assert rows(dsn, "SELECT count(*) FROM {s}.job_effects", schema) == [(2,)]
+    links = "SELECT (SELECT count(*) FROM {s}.job_children), (SELECT count(*) FROM {s}.job_fanin)"
+    assert rows(dsn, links, schema) == [(1, 1)]
     run_sql(dsn, "UPDATE {s}.jobs SET finished_at = now() - interval '2 days'", schema)
     assert client.prune(older_than=3600) >= 1
     assert client.purge_dead(task="dies", reason="test", actor="t") == 1
     assert client.get_job(finished) is None and client.get_job(dead) is None
     assert rows(dsn, "SELECT count(*) FROM {s}.job_steps", schema) == [(0,)]
+    assert rows(dsn, links, schema) == [(0, 0)], "the parent's links and gate go with it"
     # A purged dead job's effect records go with it (they may hold its data: results).
     assert rows(dsn, "SELECT count(*) FROM {s}.job_effects", schema) == [(0,)]
 
