@@ -350,3 +350,95 @@ def test_a_batch_callback_carries_its_cost(client: leaseq.Client, dsn: str, sche
     assert [(str(r[0]), int(r[1])) for r in found] == [("report", 2)]
     with pytest.raises(ConfigError, match="cost must be"):
         callback_spec(leaseq.Sig("report", None, {"cost": 0}))
+
+
+def test_the_move_to_slot_rows_while_fast_claims_are_in_flight_never_overspends(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Boundary: a queue limit's slots move to slot rows while six claimers are taking
+    # numbers on job rows by the fast path (the move waits for the claims in flight and
+    # holds new ones back). Invariant: at every sampled instant the units held in both
+    # places stay within the limit, and none is left at the end.
+    client.set_limit("queue:q", concurrency=8)
+    client.enqueue_many([{"task": "t", "queue": "q"} for _ in range(300)])
+    peaks: list[int] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def claimer(n: int) -> None:
+        c = leaseq.Client(dsn, schema=schema)
+        try:
+            while not stop.is_set():
+                leases = c.claim("q", worker=f"w{n}", limit=2)
+                if not leases:
+                    time.sleep(0.005)
+                for lease in leases:
+                    c.complete(lease)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            c.close()
+
+    def sampler() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                row = conn.execute(
+                    f"SELECT count(*) FROM {schema}.held_slots WHERE limit_name = 'queue:q'"
+                ).fetchone()
+                assert row is not None
+                peaks.append(int(row[0]))
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(6)]
+    watch = threading.Thread(target=sampler)
+    for t in [*threads, watch]:
+        t.start()
+    try:
+        time.sleep(0.5)  # the fast path at work
+        client.enqueue_many([{"task": "t", "queue": "q", "cost": 3} for _ in range(30)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            left = rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE status <> 'succeeded'", schema)
+            if left[0][0] == 0:
+                break
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in [*threads, watch]:
+            t.join()
+    assert not errors
+    assert _slot_rows_flag(dsn, schema, "queue:q"), "the costly jobs moved the limit"
+    assert rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE status <> 'succeeded'", schema)[0][0] == 0
+    assert peaks and max(peaks) <= 8, max(peaks)
+    assert _units(dsn, schema) == {}
+
+
+def test_the_move_to_slot_rows_waits_for_a_claim_in_flight(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    # Boundary: a claim that wrote a queue slot on a job row has not committed when a job of
+    # cost 3 makes the limit move to slot rows. Invariant: the move waits for that claim
+    # (without the wait, the costly claim would not see the uncommitted number and take all
+    # three units beside it: four of three); after it, the number on the job row counts.
+    client.set_limit("queue:q", concurrency=3)
+    small = int(client.enqueue("t", None, queue="q"))
+    with psycopg.connect(dsn) as held:
+        (lease,) = client.claim("q", worker="w1", limit=1, connection=held)
+        assert lease.job_id == small
+        big = int(client.enqueue("t", None, queue="q", cost=3))
+        got: list[Any] = []
+        other = leaseq.Client(dsn, schema=schema)
+        claimer = threading.Thread(target=lambda: got.extend(other.claim("q", worker="w2")))
+        claimer.start()
+        claimer.join(1.0)
+        assert claimer.is_alive(), "the move waits for the claim in flight"
+        assert not _slot_rows_flag(dsn, schema, "queue:q")
+        held.commit()
+    claimer.join(30)
+    other.close()
+    assert not claimer.is_alive() and got == [], "1 unit held on a job row: 3 do not fit"
+    assert _slot_rows_flag(dsn, schema, "queue:q")
+    assert _units(dsn, schema) == {"queue:q": 1}
+    assert client.complete(lease)
+    (last,) = client.claim("q", worker="w2", limit=5)
+    assert last.job_id == big
+    assert _per_job(dsn, schema) == {("queue:q", big): 3}
