@@ -307,3 +307,15 @@ def test_the_request_trail_ages_out_with_the_pruner(
 
     asyncio.run(prune())
     assert len(client.api_requests(actor="old")) == 2
+
+
+def test_a_jobs_cost_goes_through_the_http_api_and_a_bad_one_is_refused(
+    client: leaseq.Client, api: TestClient, dsn: str, schema: str
+) -> None:
+    token = client.create_token("coster", scopes=["enqueue", "read"])
+    made = api.post("/api/v1/jobs", json={"task": "render", "cost": 3}, headers=_bearer(token))
+    assert made.status_code == 201, made.text
+    job = made.json()["id"]
+    assert _rows(dsn, schema, "SELECT cost FROM {s}.jobs WHERE id = %s", (job,)) == [(3,)]
+    bad = api.post("/api/v1/jobs", json={"task": "render", "cost": 0}, headers=_bearer(token))
+    assert bad.status_code == 400 and "cost must be" in bad.text, bad.text

@@ -283,3 +283,14 @@ def test_run_now_makes_a_delayed_job_available_audited(
     again = web.post(f"/jobs/{later}/run", data={"csrf_token": token, "reason": "again"})
     assert "not scheduled for later" in again.text
     assert [e for e, _ in _events(dsn, schema, later)].count("run_now") == 1
+
+
+def test_a_jobs_page_shows_its_cost_when_it_is_not_one(
+    web: TestClient, client: leaseq.Client
+) -> None:
+    heavy = int(client.enqueue("t", {}, cost=3))
+    plain = int(client.enqueue("t", {}))
+    assert (
+        "<dt>Cost</dt><dd>3 units of each concurrency limit</dd>" in web.get(f"/jobs/{heavy}").text
+    )
+    assert "<dt>Cost</dt>" not in web.get(f"/jobs/{plain}").text
