@@ -13,6 +13,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from leaseq import validate
+from leaseq.errors import ConfigError
 from leaseq.models import Heartbeat, Lease
 from leaseq.ops.ending_async import AsyncEndingOps
 from leaseq.ops.payloads_async import AsyncPayloadOps
@@ -105,6 +106,14 @@ class AsyncLeaseOps(AsyncEndingOps, AsyncPayloadOps):
                     await self._rows("queue_limit_to_slot_rows", {"name": detail}, None)
                     careful = True
                     continue
+                if exc.sqlstate == "LQ011":
+                    # In a caller's transaction the move cannot be made (it waits for
+                    # every claim in flight, that transaction's own included).
+                    raise ConfigError(
+                        f"a job of cost above 1 is under {exc.diag.message_detail}, whose "
+                        "slots must first move to slot rows: claim once outside this "
+                        "transaction (docs/limits.md, 'Job cost')"
+                    ) from None
                 if not claim_goes_careful(exc) or connection is not None:
                     raise
                 # LQ001 (claim_needs_admit): limits apply; or a slot number under a queue

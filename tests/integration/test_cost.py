@@ -442,3 +442,17 @@ def test_the_move_to_slot_rows_waits_for_a_claim_in_flight(
     (last,) = client.claim("q", worker="w2", limit=5)
     assert last.job_id == big
     assert _per_job(dsn, schema) == {("queue:q", big): 3}
+
+
+def test_a_claim_in_a_callers_transaction_cannot_move_a_queue_limit_and_says_so(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    client.set_limit("queue:q", concurrency=3)
+    client.enqueue("t", None, queue="q", cost=2)
+    with psycopg.connect(dsn) as conn:
+        with pytest.raises(ConfigError, match="under queue:q, whose slots must first move") as e:
+            client.claim("q", worker="w", connection=conn)
+        assert "\n" not in str(e.value)
+    assert not _slot_rows_flag(dsn, schema, "queue:q")
+    (lease,) = client.claim("q", worker="w")  # outside: the move, then the claim
+    assert _per_job(dsn, schema) == {("queue:q", lease.job_id): 2}

@@ -8,8 +8,10 @@
 -- transition that ended the lease that took them can free them: a stale worker's write,
 -- refused by the fence, frees nothing, and no slot is ever freed twice.
 --
--- Only task and key limits have slot rows (a queue limit's slot is jobs.queue_slot, version
--- 16, cleared by the ending statement itself; its wake-up is _queue_wake).
+-- Task and key limits have slot rows (a job of cost N: N rows per limit), and so does a queue
+-- limit whose slots moved there (version 30); otherwise a queue limit's slot is
+-- jobs.queue_slot (version 16), cleared by the ending statement itself (its wake-up is
+-- _queue_wake).
 --
 -- Wake-up: a slot freed of a limit that refused a claim lately (limits.refused_at, set by
 -- admit(), migration 0013) sends a NOTIFY on the schema's channel, so a worker held back by
