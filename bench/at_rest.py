@@ -22,21 +22,27 @@ The enqueues are untimed (COPY in chunks). Prints each sample, the medians and t
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import secrets
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+
+from psycopg import sql
 
 import leaseq
 from bench.db import connect, drain_clock, drop_schema, new_schema_name, vacuum_analyze
 from bench.harness import REPO_ROOT, WORKER_LINE, resolve_bench_dsn, worker_env
 from leaseq.codec import generate_key
+from leaseq.rows import configure_json
 
 CHUNK = 500
+RAW_PART = 4  # payloads per statement of the raw read: ~4 MB, the worker's part
 
 
 def _fill(client: leaseq.Client, jobs: int, payload: Callable[[int], object]) -> None:
@@ -55,8 +61,52 @@ def _heap(dsn: str, schema: str) -> int:
     return int(row[0]) if row else 0
 
 
+def _raw_read(dsn: str, schema: str, offloaded: bool) -> float:
+    """Jobs/s of reading and decoding every payload with nothing else (no claim, no
+    handler, no completion): statements of RAW_PART payloads on two connections at once,
+    each result decoded as it arrives, as the worker reads offloaded payloads. The
+    machine's ceiling for a drain of them."""
+    table, column, key = ("payloads", "data", "job_id") if offloaded else ("jobs", "payload", "id")
+    name = sql.Identifier(schema, table)
+    with connect(dsn) as conn:
+        ids = [
+            r[0]
+            for r in conn.execute(sql.SQL("SELECT {} FROM {}").format(sql.Identifier(key), name))
+        ]
+    parts = [ids[i : i + RAW_PART] for i in range(0, len(ids), RAW_PART)]
+    query = sql.SQL("SELECT {} FROM {} WHERE {} = ANY(%s)").format(
+        sql.Identifier(column), name, sql.Identifier(key)
+    )
+    lock = threading.Lock()
+
+    def read() -> None:
+        with connect(dsn) as conn:
+            configure_json(conn)  # jsonb as the worker decodes it
+            while True:
+                with lock:
+                    if not parts:
+                        return
+                    part = parts.pop()
+                for (value,) in conn.execute(query, (part,)).fetchall():
+                    if offloaded:
+                        json.loads(value)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    started = time.perf_counter()
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    return len(ids) / (time.perf_counter() - started)
+
+
 def _drain(
-    dsn: str, app: str, jobs: int, payload: Callable[[int], object], **options: object
+    dsn: str,
+    app: str,
+    jobs: int,
+    payload: Callable[[int], object],
+    raw_ceiling: bool = False,
+    **options: object,
 ) -> dict[str, float]:
     schema = new_schema_name("at-rest")
     client = leaseq.Client(dsn, schema=schema, **options)  # type: ignore[arg-type]
@@ -66,6 +116,7 @@ def _drain(
         with connect(dsn) as conn:
             vacuum_analyze(conn, schema)
         heap = _heap(dsn, schema)
+        raw = _raw_read(dsn, schema, app == "offloaded") if raw_ceiling else 0.0
         env = worker_env(dsn, schema)
         command = [
             sys.executable,
@@ -100,6 +151,7 @@ def _drain(
             "wall": jobs / wall,
             "heap_mb": heap / 1e6,
             "cpu_us": cpu / jobs * 1e6,
+            "raw": raw,
         }
     finally:
         client.close()
@@ -130,9 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     variants: dict[str, Callable[[], dict[str, float]]] = {
         "plain-1k": lambda: _drain(dsn, "plain", args.jobs, lambda n: small),
         "sealed-1k": lambda: _drain(dsn, "sealed", args.jobs, lambda n: small, encryption=sealing),
-        "inline-1m": lambda: _drain(dsn, "plain", args.big_jobs, lambda n: big),
+        "inline-1m": lambda: _drain(dsn, "plain", args.big_jobs, lambda n: big, True),
         "offloaded-1m": lambda: _drain(
-            dsn, "offloaded", args.big_jobs, lambda n: big, offload_above=64 * 1024
+            dsn, "offloaded", args.big_jobs, lambda n: big, True, offload_above=64 * 1024
         ),
     }
     if args.only is not None:
@@ -145,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"round {r + 1} {name:13} start-up excluded {sample['db']:9.0f} jobs/s  "
                 f"wall {sample['wall']:9.0f} jobs/s  jobs table {sample['heap_mb']:8.1f} MB  "
-                f"worker CPU {sample['cpu_us']:7.1f} us/job",
+                f"worker CPU {sample['cpu_us']:7.1f} us/job"
+                + (f"  raw read {sample['raw']:6.0f} jobs/s" if sample["raw"] else ""),
                 file=sys.stderr,
                 flush=True,
             )
@@ -186,6 +239,13 @@ def main(argv: list[str] | None = None) -> int:
             f"offloaded 1 MB drain, start-up excluded: {med('offloaded-1m', 'db'):,.0f} jobs/s"
             " (target >= 500)"
         )
+        for name in ("offloaded-1m", "inline-1m"):
+            per_round = [s["db"] / s["raw"] for s in found[name]]
+            print(
+                f"{name}: raw read of its payloads (two connections, decode only) "
+                f"{med(name, 'raw'):,.0f} jobs/s; the drain reaches "
+                f"{statistics.median(per_round):.2f} of it"
+            )
     return 0
 
 
