@@ -90,7 +90,6 @@ def flatnesstable(f: dict[str, Any]) -> str:
         row("dead tuples (jobs)", f["dead_tuples"], 1, "tuples"),
         row("jobs heap MB", f["jobs_table_bytes"], MB, "MB"),
         row("jobs indexes MB", f["jobs_index_bytes"], MB, "MB"),
-        row("jobs TOAST MB", f["jobs_toast_bytes"], MB, "MB"),
     ]
     rows += [row(f"{name} MB", t, MB, "MB") for name, t in f["sizes"].items()]
     return table(

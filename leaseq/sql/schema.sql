@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 35
+-- schema version: 36
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -52,7 +52,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (32, 'signal_seq'),
   (33, 'sql_api_cost'),
   (34, 'schedule_cost'),
-  (35, 'callback_cost');
+  (35, 'callback_cost'),
+  (36, 'payloads_vacuum');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -1106,6 +1107,14 @@ CREATE TABLE {schema}.payloads (
   CONSTRAINT payloads_where CHECK (
     (store = 'pg' AND data IS NOT NULL AND object_key IS NULL)
     OR (store = 's3' AND data IS NULL AND object_key IS NOT NULL))
+)
+-- Vacuumed without the cost throttle, from 5% dead (version 36): every row is a large
+-- value deleted by retention, and a throttled vacuum of its TOAST fell behind the inserts.
+WITH (
+  autovacuum_vacuum_cost_delay = 0,
+  autovacuum_vacuum_scale_factor = 0.05,
+  toast.autovacuum_vacuum_cost_delay = 0,
+  toast.autovacuum_vacuum_scale_factor = 0.05
 );
 
 -- The orphan sweep's question: is an object in the bucket still someone's payload?

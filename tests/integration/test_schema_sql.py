@@ -27,7 +27,8 @@ SCHEMA_SQL = pathlib.Path(leaseq.__file__).parent / "sql" / "schema.sql"
 #: name -> query over the catalog for the schema ``%(s)s``, rows in a stable order.
 CATALOG: dict[str, str] = {
     "relations": """
-        SELECT c.relname, c.relkind, c.relpersistence
+        SELECT c.relname, c.relkind, c.relpersistence, c.reloptions,
+               (SELECT t.reloptions FROM pg_class t WHERE t.oid = c.reltoastrelid)
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = %(s)s ORDER BY 1""",
     "columns": """
