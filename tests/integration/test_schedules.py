@@ -116,6 +116,26 @@ async def test_same_tick_inserted_twice_bypassing_the_row_lock_makes_one_job(
 # -- catch-up --------------------------------------------------------------------------
 
 
+def _missed_and_ticked(
+    dsn: str, schema: str, client: leaseq.Client, ticks: int, **options: Any
+) -> tuple[str, Any]:
+    """A schedule every second whose tickers stopped for ``ticks`` ticks, then one tick
+    call. The scenario holds only if that call runs within the second of the grid it was
+    set up on (the database clock's): on a loaded machine a call that crosses into the
+    next second rightly runs that second's tick too. Such a round is set up again."""
+    for round_ in range(10):
+        name = f"s{round_}"
+        client.schedule_add(name, task="t", every=1, **options)
+        ((before,),) = rows(dsn, "SELECT floor(extract(epoch FROM clock_timestamp()))", schema)
+        stop_tickers_for(dsn, schema, name, ticks, 1)
+        result = client.tick_schedules()
+        ((after,),) = rows(dsn, "SELECT floor(extract(epoch FROM clock_timestamp()))", schema)
+        if before == after:
+            return name, result
+        client.schedule_remove(name, actor="test", reason="the round crossed a second")
+    pytest.fail("no round of set-up and tick ran within one second of the clock")
+
+
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [("none", [False]), ("latest", [False]), ("all", [True, True, True, True, False])],
@@ -123,21 +143,7 @@ async def test_same_tick_inserted_twice_bypassing_the_row_lock_makes_one_job(
 def test_catch_up_after_tickers_stopped_for_five_ticks(
     dsn: str, schema: str, client: leaseq.Client, policy: str, expected: list[bool]
 ) -> None:
-    # The scenario holds only if the tick runs within the second of the grid it was set up
-    # on (the database clock's): on a loaded machine a call that crosses into the next
-    # second rightly runs that second's tick too. Such a round is set up again.
-    for round_ in range(10):
-        name = f"s{round_}"
-        client.schedule_add(name, task="t", every=1, catch_up=policy)
-        ((before,),) = rows(dsn, "SELECT floor(extract(epoch FROM clock_timestamp()))", schema)
-        stop_tickers_for(dsn, schema, name, 5, 1)
-        result = client.tick_schedules()
-        ((after,),) = rows(dsn, "SELECT floor(extract(epoch FROM clock_timestamp()))", schema)
-        if before == after:
-            break
-        client.schedule_remove(name, actor="test", reason="the round crossed a second")
-    else:
-        pytest.fail("no round of set-up and tick ran within one second of the clock")
+    name, result = _missed_and_ticked(dsn, schema, client, 5, catch_up=policy)
     found = jobs_of(dsn, schema, name)
     # the latest tick is at most a second old: on time; the others are catch-up runs
     assert [r[2] for r in found[-len(expected) :]] == expected
@@ -153,10 +159,8 @@ def test_catch_up_after_tickers_stopped_for_five_ticks(
 def test_catch_up_all_is_bounded_by_catch_up_max(
     dsn: str, schema: str, client: leaseq.Client
 ) -> None:
-    client.schedule_add("s", task="t", every=1, catch_up="all", catch_up_max=3)
-    stop_tickers_for(dsn, schema, "s", 50, 1)
-    client.tick_schedules()
-    assert len(jobs_of(dsn, schema, "s")) == 3
+    name, _ = _missed_and_ticked(dsn, schema, client, 50, catch_up="all", catch_up_max=3)
+    assert len(jobs_of(dsn, schema, name)) == 3
 
 
 def test_daily_tick_missed_hours_ago_latest_within_grace_runs_none_skips(
