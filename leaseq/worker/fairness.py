@@ -10,7 +10,8 @@ A round hands slots out in chunks: each claim statement is a round trip and a co
 200 slots over 100 busy queues must not become 100 claims of 2 jobs. ``split(...,
 picks=N)`` gives at most N queues a share this round (chunks of ``ceil(slots / N)``); the
 credits carry over, so the long-run shares still follow the weights and no queue starves:
-with equal weights each of Q busy queues is served within every ``ceil(Q / N)`` rounds.
+with equal weights each of Q busy queues is served within every ``ceil(Q / N)`` rounds
+(``min_chunk`` makes a round of few slots one chunk: then within every Q rounds).
 """
 
 from __future__ import annotations
@@ -42,10 +43,16 @@ class WeightedShares:
         return best
 
     def split(
-        self, slots: int, eligible: Sequence[bool] | None = None, *, picks: int | None = None
+        self,
+        slots: int,
+        eligible: Sequence[bool] | None = None,
+        *,
+        picks: int | None = None,
+        min_chunk: int = 1,
     ) -> list[int]:
         """How many of ``slots`` each queue gets this round; with ``picks``, slots go in
-        at most that many chunks (one weighted pick each)."""
+        at most that many chunks (one weighted pick each), none smaller than ``min_chunk``
+        unless fewer slots are left (so a few freed slots go to one queue, not to four)."""
         shares = [0] * len(self._weights)
         if len(shares) == 1:  # one queue: every slot is its own, no credits to keep
             if slots and eligible is not None and not eligible[0]:
@@ -53,6 +60,7 @@ class WeightedShares:
             shares[0] = slots
             return shares
         chunk = 1 if picks is None else max(1, -(-slots // max(1, picks)))
+        chunk = max(chunk, min_chunk)
         left = slots
         while left > 0:
             given = min(chunk, left)

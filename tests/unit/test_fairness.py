@@ -41,3 +41,16 @@ def test_eligible_queues_only_and_no_slot_lost_to_rounding() -> None:
     split = shares.split(7, [True, False, True], picks=2)
     assert split[1] == 0 and sum(split) == 7
     assert WeightedShares([3]).split(9, picks=4) == [9]
+
+
+def test_a_few_freed_slots_go_to_one_queue_not_to_every_pick() -> None:
+    # 20 slots over 100 busy queues with 4 picks were 4 claims of 5 jobs; with a minimum
+    # chunk of 25 they are one claim of 20, and the credits still rotate the queues.
+    shares = WeightedShares([1] * 100)
+    first = shares.split(20, picks=4, min_chunk=25)
+    assert sorted(s for s in first if s) == [20]
+    assert shares.split(200, picks=4, min_chunk=25).count(50) == 4  # big rounds as before
+    served = set()
+    for _ in range(100):
+        served.update(i for i, s in enumerate(shares.split(20, picks=4, min_chunk=25)) if s)
+    assert len(served) == 100  # every queue is served, one chunk a round
