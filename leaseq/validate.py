@@ -55,6 +55,22 @@ def check_name(kind: str, value: object) -> str:
     return value
 
 
+#: A signal's name, shorter than other names: the wait that takes its k-th delivery is the
+#: step ``wait:<name>/<k>``, and a step name has at most NAME_MAX characters.
+SIGNAL_NAME_MAX = NAME_MAX - len("wait:") - len("/999999")
+
+
+def check_signal_name(value: object) -> str:
+    """A signal's name: a name (:func:`check_name`) of at most SIGNAL_NAME_MAX characters."""
+    name = check_name("signal", value)
+    if len(name) > SIGNAL_NAME_MAX:
+        raise ConfigError(
+            f"signal name {_short(name)} is too long: at most {SIGNAL_NAME_MAX} characters "
+            f"(its waits are steps named wait:<signal>/<n>)"
+        )
+    return name
+
+
 @functools.lru_cache(maxsize=4096)
 def _known_good(value: str) -> bool:
     # Bulk enqueues repeat a handful of names thousands of times: check each once.

@@ -190,7 +190,7 @@ class AsyncStepOps(AsyncPayloadOps):
         the job if it waited for it), False when the job has finished. A job that does not
         wait for it yet finds it when it does (buffered). Raises :class:`JobNotFound` for no
         such job."""
-        name = validate.check_name("signal", signal)
+        name = validate.check_signal_name(signal)
         if job_id is None:
             if unique_key is None:
                 raise JobNotFound("give a job id or a unique key")

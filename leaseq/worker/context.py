@@ -406,14 +406,14 @@ class JobContext:
         suspended (as by :meth:`sleep`) until the signal comes or ``timeout`` seconds
         (fixed the first time) pass, which raises :class:`WaitTimeout`. The delivery is
         recorded in the step ``wait:<signal>``: exactly once, and every rerun gets it."""
-        name = checks.check_name("signal", signal)
+        name = checks.check_signal_name(signal)
         if timeout is not None:
             timeout = checks.check_positive_seconds("timeout", timeout, 1e9)
         return run_wait(self._step_site(), self._sync(), name, timeout)
 
     async def wait_for_async(self, signal: str, *, timeout: float | None = None) -> Any:
         """:meth:`wait_for` for async handlers."""
-        name = checks.check_name("signal", signal)
+        name = checks.check_signal_name(signal)
         if timeout is not None:
             timeout = checks.check_positive_seconds("timeout", timeout, 1e9)
         return await run_wait_async(self._step_site(), self._async(), name, timeout)

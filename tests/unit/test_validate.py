@@ -195,3 +195,14 @@ def test_error_codes_and_details_from_handlers_are_made_storable() -> None:
     detail = validate.bound_detail("bad \ud83d byte \x00 here")
     assert detail == "bad ? byte  here"
     detail.encode("utf-8")
+
+
+def test_a_signal_name_leaves_room_for_its_waits_step_names() -> None:
+    longest = "s" * validate.SIGNAL_NAME_MAX
+    assert validate.check_signal_name(longest) == longest
+    # the step of the millionth-but-one wait for it is still a valid step name
+    assert validate.check_name("step", f"wait:{longest}/999999")
+    with pytest.raises(ConfigError, match="too long: at most 116 characters"):
+        validate.check_signal_name(longest + "s")
+    with pytest.raises(ConfigError, match="signal name"):
+        validate.check_signal_name("")
