@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 36
+-- schema version: 37
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -53,7 +53,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (33, 'sql_api_cost'),
   (34, 'schedule_cost'),
   (35, 'callback_cost'),
-  (36, 'payloads_vacuum');
+  (36, 'payloads_vacuum'),
+  (37, 'schema_lock_keys');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -524,7 +525,7 @@ BEGIN
            AND EXISTS (SELECT 1 FROM {schema}.jobs AS q
                        WHERE q.queue_name = substr(p_name, 7) AND q.queue_slot = n.g
                        OFFSET 0) THEN false
-      ELSE pg_try_advisory_xact_lock(hashtextextended('leaseq.slot.' || p_name || '#' || n.g, 0))
+      ELSE pg_try_advisory_xact_lock(hashtextextended('{schema}.slot.' || p_name || '#' || n.g, 0))
     END
     LIMIT p_n);
 END
@@ -579,7 +580,7 @@ BEGIN
         WHEN EXISTS (SELECT 1 FROM {schema}.jobs AS t
                      WHERE t.queue_name = p_queue AND t.queue_slot = n.g OFFSET 0) THEN false
         ELSE pg_try_advisory_xact_lock(
-               hashtextextended('leaseq.slot.queue:' || p_queue || '#' || n.g, 0))
+               hashtextextended('{schema}.slot.queue:' || p_queue || '#' || n.g, 0))
       END
     LIMIT p_n);
 END
@@ -865,7 +866,7 @@ BEGIN
         -- candidates stay pending): a claim never waits on another claim, so claims taking
         -- buckets in different orders cannot deadlock.
         IF NOT v_lim.name = ANY(v_full)
-           AND pg_try_advisory_xact_lock(hashtextextended('leaseq.bucket.' || v_lim.name, 0))
+           AND pg_try_advisory_xact_lock(hashtextextended('{schema}.bucket.' || v_lim.name, 0))
         THEN
           INSERT INTO {schema}.rate_buckets (limit_name, tat) VALUES (v_lim.name, now())
           ON CONFLICT DO NOTHING;
