@@ -96,8 +96,19 @@ async def test_a_sync_sleep_gives_the_slot_back_and_wakes_no_earlier_than_its_ti
         ("suspended", "running", "suspended"),
         ("woken", "suspended", "pending"),
     ]
-    slept = trail[1][3] - trail[0][3]
-    assert slept >= dt.timedelta(seconds=3), f"woken after {slept}: earlier than its time"
+    # The wake-up is fixed when the sleep step is first recorded (now() + 3 s, on the database
+    # clock), a moment before the suspension commits: measure from the record, not the trail.
+    ((recorded, until),) = rows(
+        dsn,
+        "SELECT recorded_at, to_timestamp((result->>'until')::float8) FROM {s}.job_steps"
+        " WHERE job_id = %s AND name = 'sleep-2'",
+        schema,
+        job_id,
+    )
+    assert abs((until - recorded) - dt.timedelta(seconds=3)) < dt.timedelta(milliseconds=1)
+    assert trail[0][3] >= recorded, "it suspended after recording its wake-up"
+    woken = trail[1][3]
+    assert woken >= until, f"woken at {woken}, before its time {until}"
     assert _status(client, other) is JobStatus.SUCCEEDED
 
 
