@@ -21,19 +21,36 @@ pytestmark = pytest.mark.slow  # real worker processes, signalled and killed
 DRAIN = ("--drain", "--poll-interval", "0.05", "--sweep-interval", "0.1")
 
 
-def _started_before_dependencies_ended(dsn: str, schema: str) -> list[tuple[object, ...]]:
-    """(job, dependency) pairs where the job's latest attempt started before the dependency
-    finished: must be none."""
-    return rows(
+def _started_before_dependencies_ended(
+    dsn: str, schema: str, marker: pathlib.Path
+) -> list[tuple[int, int]]:
+    """(job, dependency) pairs where a start of the job came before the dependency's handler
+    returned under the lease that ended it: must be none. Read from the handlers' own
+    marker lines (an append-only file, one order across processes), not from started_at and
+    finished_at: those are each transaction's now(), its start, and a claim whose statement
+    began a moment before the promoting transaction committed still sees the promotion, yet
+    records an earlier started_at than its dependency's finished_at (seen once under load)."""
+    edges = rows(
         dsn,
-        """SELECT d.job_id, d.depends_on
-           FROM {s}.job_deps AS d
-           JOIN {s}.jobs AS j ON j.id = d.job_id
-           JOIN {s}.jobs AS p ON p.id = d.depends_on
-           WHERE j.started_at IS NULL OR p.finished_at IS NULL
-              OR j.started_at < p.finished_at OR p.status <> 'succeeded'""",
+        """SELECT d.job_id, d.depends_on, p.lease_token, p.status = 'succeeded'
+           FROM {s}.job_deps AS d JOIN {s}.jobs AS p ON p.id = d.depends_on""",
         schema,
     )
+    lines = marker.read_text().splitlines()
+    starts: dict[int, list[int]] = {}
+    ends: dict[tuple[int, int], int] = {}
+    for n, line in enumerate(lines):
+        part = line.split(":")
+        if part[0] == "end":
+            ends[(int(part[1]), int(part[2]))] = n
+        else:
+            starts.setdefault(int(part[0]), []).append(n)
+    bad = []
+    for job, dep, token, succeeded in edges:
+        end = ends.get((dep, token))
+        if not succeeded or end is None or not starts.get(job) or min(starts[job]) < end:
+            bad.append((job, dep))
+    return bad
 
 
 def _runs(marker: pathlib.Path, job_id: int) -> int:
@@ -45,7 +62,7 @@ def test_diamond_and_1000_node_fan_out_fan_in_with_two_workers(
     dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
 ) -> None:
     marker = tmp_path / "runs"
-    touch = {"marker": str(marker)}
+    touch = {"marker": str(marker), "mark_end": True}
     a, b, c, d = client.enqueue_many(
         [
             {"task": "touch_then_sleep", "payload": touch},
@@ -54,8 +71,10 @@ def test_diamond_and_1000_node_fan_out_fan_in_with_two_workers(
             {"task": "touch_then_sleep", "payload": touch, "depends_on": [Ref(1), Ref(2)]},
         ]
     )
-    root = client.enqueue("noop", depends_on=[d])
-    fan = client.enqueue_many([{"task": "noop", "depends_on": [root]} for _ in range(1000)])
+    root = client.enqueue("touch_then_sleep", touch, depends_on=[d])
+    fan = client.enqueue_many(
+        [{"task": "touch_then_sleep", "payload": touch, "depends_on": [root]} for _ in range(1000)]
+    )
     fan_in = client.enqueue("touch_then_sleep", touch, depends_on=[int(x) for x in fan])
     with (
         WorkerProcess(dsn, schema, *DRAIN, "--concurrency", "16", log_dir=tmp_path) as w1,
@@ -65,7 +84,7 @@ def test_diamond_and_1000_node_fan_out_fan_in_with_two_workers(
         assert w2.wait(120) == 0, w2.output()
     ((n_done,),) = rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE status = 'succeeded'", schema)
     assert n_done == 1006
-    assert _started_before_dependencies_ended(dsn, schema) == []
+    assert _started_before_dependencies_ended(dsn, schema, marker) == []
     assert [_runs(marker, int(j)) for j in (a, b, c, d, fan_in)] == [1, 1, 1, 1, 1]
     job = client.get_job(fan_in)
     assert job is not None and job.lease_token == 1
@@ -75,22 +94,21 @@ def test_diamond_and_1000_node_fan_out_fan_in_with_two_workers(
 def test_kill_9_after_the_parents_side_effect_reruns_the_parent_and_the_child_once(
     dsn: str, schema: str, client: leaseq.Client, tmp_path: pathlib.Path
 ) -> None:
-    parent_marker, child_marker = tmp_path / "parent", tmp_path / "child"
-    parent = client.enqueue(
-        "touch_then_sleep", {"marker": str(parent_marker), "seconds": 30, "sleep_token": 1}
-    )
-    child = client.enqueue("touch_then_sleep", {"marker": str(child_marker)}, depends_on=[parent])
+    marker = tmp_path / "runs"  # one file for both: its order is the handlers' order
+    touch = {"marker": str(marker), "mark_end": True}
+    parent = client.enqueue("touch_then_sleep", {**touch, "seconds": 30, "sleep_token": 1})
+    child = client.enqueue("touch_then_sleep", touch, depends_on=[parent])
     args = ("--lease-seconds", "1", "--poll-interval", "0.05", "--sweep-interval", "60")
     with WorkerProcess(dsn, schema, *args, log_dir=tmp_path) as a:
-        wait_for(parent_marker.exists, 30, "worker A to start the parent")  # side effect done
+        wait_for(marker.exists, 30, "worker A to start the parent")  # side effect done
         a.signal(signal.SIGKILL)
         a.wait(10)
     assert client.get_job(child).status is JobStatus.PENDING  # type: ignore[union-attr]
     with WorkerProcess(dsn, schema, *DRAIN, log_dir=tmp_path) as b:
         assert b.wait(60) == 0, b.output()
-    assert _runs(parent_marker, parent) == 2  # re-run after the crash
-    assert _runs(child_marker, child) == 1
-    assert _started_before_dependencies_ended(dsn, schema) == []
+    assert _runs(marker, parent) == 2  # re-run after the crash
+    assert _runs(marker, child) == 1
+    assert _started_before_dependencies_ended(dsn, schema, marker) == []
 
 
 def test_a_stopped_workers_late_completion_promotes_nothing(

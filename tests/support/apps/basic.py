@@ -19,13 +19,18 @@ async def noop(ctx: leaseq.JobContext, payload: Any) -> None:
 @app.task(name="touch_then_sleep", renew="alive")
 def touch_then_sleep(ctx: leaseq.JobContext, payload: Any) -> None:
     """Leaves a marker line (job:token:worker, so a test knows who started what), then works
-    for ``seconds`` — only under token ``sleep_token`` when that is given."""
+    for ``seconds`` — only under token ``sleep_token`` when that is given. With ``mark_end``
+    it also leaves ``end:job:token`` when it returns: the file's order is then the real
+    order of the handlers' starts and ends, across processes."""
     marker = pathlib.Path(payload["marker"])
     with marker.open("a") as f:
         f.write(f"{ctx.job_id}:{ctx.fencing_token}:{ctx.worker_id}\n")
     wanted = payload.get("sleep_token")
     if wanted is None or wanted == ctx.fencing_token:
         time.sleep(payload.get("seconds", 0))
+    if payload.get("mark_end"):
+        with marker.open("a") as f:
+            f.write(f"end:{ctx.job_id}:{ctx.fencing_token}\n")
 
 
 @app.task(name="sleepy")
