@@ -403,7 +403,7 @@ class Executor:
                 detail=abort_detail(reason, running),
                 policy=running.task_def.retry if running.task_def else None,
             )
-        running.reporting = True
+        self.inflight.reported(running)
         self._completer.submit(
             outcome,
             result=running.result if isinstance(outcome, Lease) else None,

@@ -239,9 +239,14 @@ class Fetcher:
 
     def _free_slots(self) -> int:
         """Slots neither running a job nor promised to a claim in flight; one claim round
-        takes at most one batch per queue, so the other claimers get the rest."""
+        takes at most one batch per queue, so the other claimers get the rest. A lease whose
+        outcome is being written holds no slot, up to ``concurrency`` of them: the next claim
+        overlaps the completions' commit (a worker then holds at most twice its slots, plus
+        prefetch), and a completer that falls behind holds the claims back."""
         cfg = self.config
-        free = cfg.concurrency + self._prefetch() - len(self.inflight) - self._reserved
+        inflight = self.inflight
+        held = len(inflight) - min(inflight.reporting, cfg.concurrency)
+        free = cfg.concurrency + self._prefetch() - held - self._reserved
         return min(free, sum(self._batch(q) for q in cfg.queue_settings))
 
     async def _reserved_round(self, free: int, *, helper: bool = False) -> tuple[int, bool]:

@@ -245,6 +245,8 @@ class InFlight:
         self.sooner = asyncio.Event()
         self.keeper_wakes_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Leases whose outcome is with the completer, not yet committed (see reporting).
+        self._reporting = 0
 
     def __len__(self) -> int:
         return len(self._running)
@@ -280,8 +282,26 @@ class InFlight:
     def holds(self, running: Running) -> bool:
         return self._running.get(running.key) is running
 
+    @property
+    def reporting(self) -> int:
+        """Leases of the table whose handler is done, their outcome on its way."""
+        return self._reporting
+
+    def reported(self, running: Running) -> None:
+        """The handler is done and its outcome goes to the completer: its slot is free for
+        the next claim (the fetcher counts it so), while its lease stays in the table until
+        the completion commits. So a busy worker's next claim overlaps the completion's
+        commit instead of waiting for it."""
+        if running.reporting or running.key not in self._running:
+            return
+        running.reporting = True
+        self._reporting += 1
+        self.slot_freed.set()
+        self.helper_slot_freed.set()
+
     def forget(self, running: Running) -> None:
-        self._running.pop(running.key, None)
+        if self._running.pop(running.key, None) is running and running.reporting:
+            self._reporting -= 1
         # Nothing cancels an attempt once it left: dropping its task ends the one cycle a
         # sync attempt has (its SyncJob names it back), so reference counting frees both.
         running.task = None

@@ -378,7 +378,9 @@ async def test_claims_in_flight_never_overfill_slots_and_end_a_burst_at_once(
     dsn: str, schema: str, client: leaseq.Client, claims_in_flight: int
 ) -> None:
     """Several claim statements run at once while the queue is busy. Together they must
-    never ask for more jobs than there are free slots, every job must run once, and each
+    never ask for more jobs than there are free slots (a lease holds its slot until its
+    handler's outcome is handed to the completer, not until that commits: docs/worker.md,
+    at most --prefetch leases waiting for a slot), every job must run once, and each
     burst must end as soon as the queue is empty (a helper's claim in flight once kept the
     primary from concluding "idle", and the worker slept out a whole poll interval)."""
     app = _app(dsn, schema)
@@ -407,13 +409,20 @@ async def test_claims_in_flight_never_overfill_slots_and_end_a_burst_at_once(
             ),
         )
         claim = worker.client.claim
-        asked = {"in_flight": 0, "limits": 0, "claimed": 0, "overfill": 0}
+        asked = {"in_flight": 0, "limits": 0, "claimed": 0, "overfill": 0, "handed": 0}
+        submit = worker._completer.submit
+
+        def watched_submit(
+            *args: Any, _submit: Any = submit, _asked: Any = asked, **kwargs: Any
+        ) -> None:
+            _asked["handed"] += 1
+            _submit(*args, **kwargs)
 
         async def watched_claim(
-            *args: Any, _claim: Any = claim, _asked: Any = asked, _w: Any = worker, **kwargs: Any
+            *args: Any, _claim: Any = claim, _asked: Any = asked, **kwargs: Any
         ) -> list[leaseq.Lease]:
             nonlocal most_in_flight
-            held = _asked["claimed"] - _w.stats.succeeded - _w.stats.failed
+            held = _asked["claimed"] - _asked["handed"]  # running or waiting for a slot
             if held + _asked["limits"] + kwargs["limit"] > concurrency:
                 _asked["overfill"] += 1
             _asked["in_flight"] += 1
@@ -428,6 +437,7 @@ async def test_claims_in_flight_never_overfill_slots_and_end_a_burst_at_once(
             return leases
 
         worker.client.claim = watched_claim  # type: ignore[method-assign]
+        worker._completer.submit = watched_submit  # type: ignore[method-assign]
         stats = await asyncio.wait_for(worker.run(), 30)  # far below the 60 s poll
         assert stats.succeeded == 150 and sorted(ran) == sorted(ids)
         assert asked["overfill"] == 0
@@ -435,6 +445,46 @@ async def test_claims_in_flight_never_overfill_slots_and_end_a_burst_at_once(
         assert most_in_flight == 1
     else:
         assert most_in_flight >= 2
+
+
+async def test_a_busy_workers_next_claim_overlaps_the_completions_commit_up_to_its_slots(
+    dsn: str, schema: str, client: leaseq.Client
+) -> None:
+    """Boundary: the completions of a busy worker held uncommitted (the completer's write
+    stalls). A lease whose handler is done hands its slot to the next claim, so that claim
+    does not wait for the commit; at most ``concurrency`` such leases count as free, so a
+    stalled completer holds the claims back after one more round: exactly 2 x concurrency
+    jobs run, none beyond, and all complete once the write goes through."""
+    app = _app(dsn, schema)
+    ran: list[int] = []
+
+    @app.task(name="noop")
+    async def noop(ctx: leaseq.JobContext, payload: Any) -> None:
+        ran.append(ctx.job_id)
+
+    concurrency = 2
+    ids = client.enqueue_many([{"task": "noop"} for _ in range(7)])
+    worker = leaseq.Worker(app, _config(concurrency=concurrency, batch_size=1))
+    gate = asyncio.Event()
+    complete = worker._completer._complete
+
+    async def stalled(pending: Any) -> Any:
+        await gate.wait()
+        return await complete(pending)
+
+    worker._completer._complete = stalled  # type: ignore[method-assign]
+    run = asyncio.create_task(worker.run())
+    for _ in range(400):
+        if len(ran) >= 2 * concurrency:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)  # room for a claim that should not happen
+    assert len(ran) == 2 * concurrency, "the first completions held; one more round ran"
+    ((succeeded,),) = rows(dsn, "SELECT count(*) FROM {s}.jobs WHERE status = 'succeeded'", schema)
+    assert succeeded == 0, "nothing committed while the write stalls"
+    gate.set()
+    stats = await asyncio.wait_for(run, 30)
+    assert stats.succeeded == 7 and sorted(ran) == sorted(ids)
 
 
 async def test_worker_stopped_during_an_extra_claim_exits(
