@@ -143,6 +143,18 @@ def client(dsn: str, schema: str) -> Iterator[leaseq.Client]:
 
 
 @pytest.fixture()
+def second_client(dsn: str) -> Iterator[leaseq.Client]:
+    """A client of a second migrated schema of the same database, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    c = leaseq.Client(dsn, schema=name)
+    c.migrate()
+    yield c
+    c.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture()
 async def aclient(dsn: str, schema: str) -> AsyncIterator[leaseq.AsyncClient]:
     c = leaseq.AsyncClient(dsn, schema=schema)
     await c.migrate()

@@ -12,13 +12,9 @@ import json
 import os
 import pathlib
 import subprocess
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
 import leaseq
 from leaseq.errors import LeaseqError
@@ -31,14 +27,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture()
-def node_schema(dsn: str) -> Iterator[leaseq.Client]:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    other = leaseq.Client(dsn, schema=name)
-    other.migrate()
-    yield other
-    other.close()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+def node_schema(second_client: leaseq.Client) -> leaseq.Client:
+    return second_client
 
 
 def _npm(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:

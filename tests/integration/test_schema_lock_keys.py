@@ -6,12 +6,10 @@ much as they allow, whatever the other schema's claims in flight hold; nothing i
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psycopg
 import pytest
-from psycopg import sql
 
 import leaseq
 from leaseq import RateLimit
@@ -34,21 +32,11 @@ def _rate_bucket(c: leaseq.Client) -> None:
     c.set_limit("task:t", rate=RateLimit(1, per=3600, burst=1))  # the bucket's lock
 
 
-@pytest.fixture()
-def other(dsn: str) -> Iterator[leaseq.Client]:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    c = leaseq.Client(dsn, schema=name)
-    c.migrate()
-    yield c
-    c.close()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-
-
 @pytest.mark.parametrize("setup", [_task_slot, _queue_slot, _rate_bucket])
 def test_a_claim_in_flight_in_one_schema_refuses_nothing_in_another(
-    client: leaseq.Client, other: leaseq.Client, dsn: str, schema: str, setup: Setup
+    client: leaseq.Client, second_client: leaseq.Client, dsn: str, schema: str, setup: Setup
 ) -> None:
+    other = second_client
     for c in (client, other):
         setup(c)
         c.enqueue_many([{"task": "t", "queue": "q"} for _ in range(2)])
