@@ -123,10 +123,13 @@ def test_seed_9_polling_drains_while_every_listener_is_killed(
         nonlocal killed
         with psycopg.connect(dsn, autocommit=True) as conn:
             while not stop.is_set():
+                # This test's listeners only (their LISTEN names the schema): other tests'
+                # workers share the database.
                 cur = conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE application_name = %s AND pid <> pg_backend_pid()",
-                    (LISTENER_APPLICATION_NAME,),
+                    "WHERE application_name = %s AND pid <> pg_backend_pid() "
+                    "AND strpos(query, %s) > 0",
+                    (LISTENER_APPLICATION_NAME, schema),
                 )
                 killed += sum(1 for (ok,) in cur.fetchall() if ok)
                 stop.wait(0.02)
@@ -285,9 +288,14 @@ def test_backends_terminated_during_a_drain_lose_nothing(
         nonlocal terminated
         with psycopg.connect(dsn, autocommit=True) as conn:
             while not stop.is_set():
+                # This test's workers only: every leaseq statement names the schema, so
+                # a backend's last query does (other tests' workers share the database;
+                # killing theirs failed their attempts with AdminShutdown).
                 cur = conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE application_name LIKE 'leaseq-%%' AND pid <> pg_backend_pid()"
+                    "WHERE application_name LIKE 'leaseq-%%' AND pid <> pg_backend_pid() "
+                    "AND strpos(query, %s) > 0",
+                    (schema,),
                 )
                 terminated += sum(1 for (ok,) in cur.fetchall() if ok)
                 stop.wait(1.0)
