@@ -3,6 +3,11 @@ the same number of keyless jobs, and the plain claim statement against the same 
 without the fair-queue check (the claim as it was before fairness keys), interleaved.
 
     .venv/bin/python -m bench.fairness [--dsn DSN] [--jobs 40000] [--keys 10000] [--repeat 3]
+        [--worker C]
+
+With ``--worker C`` the same two drains are also run by a real ``leaseq worker --burst``
+process at concurrency C (claims of at most C), interleaved the same way, with the ratio
+of each round: what a user's worker sees, handler cycle and completions included.
 
 Drain: two schemas per round, filled the same way (``--jobs`` no-op jobs, untimed), one
 with every job under one of ``--keys`` fairness keys (round robin), one without keys; each
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import time
 from typing import Any
 
@@ -36,7 +42,13 @@ from psycopg import sql
 
 import leaseq
 from bench.db import PENDING_ROWS, connect, fresh_schema, insert_rows, vacuum_analyze
-from bench.harness import resolve_bench_dsn
+from bench.harness import (
+    REPO_ROOT,
+    WORKER_LINE,
+    resolve_bench_dsn,
+    worker_command,
+    worker_env,
+)
 
 
 def _fill(dsn: str, client: leaseq.Client, jobs: int, keys: int) -> None:
@@ -63,6 +75,24 @@ def _drain(client: leaseq.Client, jobs: int) -> float:
     if done != jobs:
         raise SystemExit(f"drained {done} of {jobs} jobs")
     return done / took
+
+
+def _worker_drain(dsn: str, schema: str, jobs: int, concurrency: int) -> float:
+    """The same drain by a real ``leaseq worker --burst`` process (the no-op async task of
+    bench.apps, claims of at most ``concurrency``): jobs/s as the worker reports them."""
+    command = worker_command(
+        "--burst", "--concurrency", str(concurrency), "--batch-size", str(concurrency)
+    )
+    proc = subprocess.run(
+        command, cwd=REPO_ROOT, env=worker_env(dsn, schema), capture_output=True, text=True
+    )
+    found = list(WORKER_LINE.finditer(proc.stdout))
+    if proc.returncode != 0 or not found:
+        raise SystemExit(f"worker failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    line = found[-1]
+    if int(line["succeeded"]) != jobs:
+        raise SystemExit(f"the worker drained {line['succeeded']} of {jobs} jobs")
+    return float(line["rate"])
 
 
 def _without_fair_check(claim: str) -> str:
@@ -173,6 +203,26 @@ def _claim_counts(dsn: str, keys: int, claims: int) -> dict[str, tuple[float, fl
     return found
 
 
+def _worker_rounds(dsn: str, jobs: int, keys: int, repeat: int, concurrency: int) -> None:
+    rates: dict[str, list[float]] = {"plain": [], "fair": []}
+    for r in range(repeat):
+        order = ["plain", "fair"] if r % 2 == 0 else ["fair", "plain"]
+        for mode in order:
+            with fresh_schema(dsn, f"fair_worker_{mode}") as client:
+                _fill(dsn, client, jobs, keys if mode == "fair" else 0)
+                rates[mode].append(_worker_drain(dsn, client.schema, jobs, concurrency))
+        print(
+            f"worker round {r + 1}: " + ", ".join(f"{m} {rates[m][-1]:,.0f} jobs/s" for m in order)
+        )
+    ratios = [f / p for f, p in zip(rates["fair"], rates["plain"], strict=True)]
+    med = {m: statistics.median(v) for m, v in rates.items()}
+    print(
+        f"worker at concurrency {concurrency}, {jobs:,} jobs, {keys:,} keys: plain "
+        f"{med['plain']:,.0f} jobs/s, fair {med['fair']:,.0f} jobs/s, fair / plain per round "
+        f"median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dsn", default=None, help="default: env LEASEQ_DSN, else embedded")
@@ -180,8 +230,17 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--claims", type=int, default=2000)
+    parser.add_argument(
+        "--worker",
+        type=int,
+        default=0,
+        metavar="C",
+        help="also drain with a real worker process at concurrency C (0: not)",
+    )
     args = parser.parse_args()
     dsn = resolve_bench_dsn(args.dsn)
+    if args.worker:
+        _worker_rounds(dsn, args.jobs, args.keys, args.repeat, args.worker)
     rates: dict[str, list[float]] = {"plain": [], "fair": []}
     for r in range(args.repeat):
         order = ["plain", "fair"] if r % 2 == 0 else ["fair", "plain"]
