@@ -113,22 +113,10 @@ class Executor:
             running.task = job
             self._slots.take(lambda: self._granted(job))
             return
-        # Unnamed: a name costs a formatted string per job (job ids are in the logs).
-        attempt = asyncio.create_task(self._run_job(running))
-        attempt.add_done_callback(lambda done: self._cancelled_before_its_first_step(running, done))
-        running.task = attempt
-
-    def _cancelled_before_its_first_step(self, running: Running, task: asyncio.Task[None]) -> None:
-        """A task cancelled before its first step never enters ``_run_job`` (the coroutine
-        is closed unstarted), so its ``finally`` never forgets the attempt: an abort that
-        came that early (a lease found lost while the task waited for the loop) left the
-        attempt in flight for ever, and the worker's stop waited for it. Do what
-        ``_run_job`` would have done: report the abort's outcome, or forget the attempt."""
-        if not task.cancelled() or not self.inflight.holds(running):
-            return
-        if running.ctx.aborted is not None and self._submit(running, running.lease):
-            return
-        self.inflight.forget(running)
+        # Unnamed: a name costs a formatted string per job (job ids are in the logs). No
+        # done callback (one more loop callback per job): an abort never cancels a task
+        # before its first step (InFlight.abort), which then finds ctx aborted itself.
+        running.task = asyncio.create_task(self._run_job(running))
 
     # -- sync attempts without a task ---------------------------------------------------
 
@@ -260,11 +248,14 @@ class Executor:
         handed_over = False
         try:
             try:
-                await self._slots.acquire()
-                try:
-                    outcome = lease if ctx.aborted else await self._execute(running)
-                finally:
-                    self._slots.give_back()
+                if ctx.aborted:
+                    outcome: Lease | Failure = lease  # aborted before this first step
+                else:
+                    await self._slots.acquire()
+                    try:
+                        outcome = lease if ctx.aborted else await self._execute(running)
+                    finally:
+                        self._slots.give_back()
             except asyncio.CancelledError:
                 if ctx.aborted is None or running.abandoned:
                     raise  # cancelled from outside (shutdown of an unstarted job, the loop)

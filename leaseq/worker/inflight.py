@@ -13,6 +13,7 @@ reports an event once, and the hook updates both ``WorkerStats`` (returned by
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from dataclasses import dataclass, field
@@ -321,15 +322,29 @@ class InFlight:
             running.lease.task,
             abort_detail(reason, running),
         )
-        if running.task is not None:
-            # A sync handler gets the soft stop raised in its thread (leaseq.worker.stops);
-            # its outcome, the abort's failure, is reported once that thread has ended.
-            running.abort_cancel = True
-            running.task.cancel()
+        task = running.task
+        if task is None or _not_begun(task):
+            # An attempt whose task has not taken its first step is left to take it: a task
+            # cancelled then would close its coroutine unrun, and so never report the abort
+            # nor leave the table. Its first step finds ctx aborted (Executor._run_job).
+            return
+        # A sync handler gets the soft stop raised in its thread (leaseq.worker.stops);
+        # its outcome, the abort's failure, is reported once that thread has ended.
+        running.abort_cancel = True
+        task.cancel()
 
     def count_abort(self, running: Running, reason: str) -> None:
         running.abort_counted = True
         self.events.aborted(reason)
+
+
+def _not_begun(task: Cancellable) -> bool:
+    """An attempt's asyncio task that has not run its first step yet (a sync attempt
+    without a task is a SyncJob, whose cancel withdraws it cleanly at any point)."""
+    return (
+        isinstance(task, asyncio.Task)
+        and inspect.getcoroutinestate(task.get_coro()) == inspect.CORO_CREATED  # type: ignore[arg-type]
+    )
 
 
 def abort_detail(reason: str, running: Running) -> str:
