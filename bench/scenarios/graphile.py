@@ -143,11 +143,13 @@ SCENARIOS = tuple(_scenario(m, p) for m in MODES for p in PROCESSES)
 
 RATIOS = tuple(
     Ratio(
-        f"leaseq async 2p / graphile-worker {mode} 2p, {label}"
-        + (" (target >= 1)" if mode == "batched" and clock == "db" else ""),
-        f"drain-leaseq-2p-{clock}",
+        f"leaseq async 2p{flag} / graphile-worker {mode} 2p, {label}"
+        + (" (target >= 1)" if mode == "batched" and clock == "db" and not flag else ""),
+        f"drain-leaseq{scenario}-2p-{clock}",
         f"drain-graphile-{mode}-2p-{clock}",
     )
+    # leaseq's batched mode (--adaptive-batch) beside graphile-worker's batched mode too.
+    for scenario, flag in (("", ""), ("-adaptive", " --adaptive-batch"))
     for mode in MODES
     for clock, label in (("db", "start-up excluded"), ("wall", "process wall"))
 )

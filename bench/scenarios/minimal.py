@@ -165,6 +165,8 @@ def _ratios() -> list[Ratio]:
             ("drain-leaseq", "async 1p", ""),
             ("drain-leaseq-2p", "async 2p", " (target >= 0.8)"),
             ("drain-leaseq-sync-2p", "sync 2p", ""),
+            # The batched mode, beside graphile-worker's (opt-in, --only).
+            ("drain-leaseq-adaptive-2p", "async 2p --adaptive-batch", ""),
         ):
             goal = goal if clock == "db" else ""
             out.append(

@@ -313,6 +313,14 @@ def _ratios() -> list[Ratio]:
                         f"drain-pgqueuer{suffix}-{clock}",
                     )
                 )
+    for clock, label in (("db", "start-up excluded"), ("wall", "process wall")):
+        out.append(
+            Ratio(
+                f"leaseq async 2p --adaptive-batch / pgqueuer 2p, {label}",
+                f"drain-leaseq-adaptive-2p-{clock}",
+                f"drain-pgqueuer-2p-{clock}",
+            )
+        )
     out.append(
         Ratio(
             "leaseq async 1p / pgqueuer psycopg driver (wall)",
