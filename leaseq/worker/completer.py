@@ -28,17 +28,19 @@ log = logging.getLogger("leaseq.worker")
 Outcome = Lease | Failure  # a bare Lease means success
 
 
+_Key = tuple[int, int]
+
+
 @dataclass(slots=True)
 class _Pending:
     outcome: Outcome
+    lease: Lease
+    #: The lease's identity in a batch: job id and token (made once, read several times).
+    key: _Key
     deadline: float
     on_done: Callable[[JobStatus | None], None]
     #: A success's stored result: (JSON, seconds to keep), written with the completion.
     result: tuple[str, float] | None = None
-
-    @property
-    def lease(self) -> Lease:
-        return self.outcome if isinstance(self.outcome, Lease) else self.outcome.lease
 
 
 class Completer:
@@ -69,7 +71,9 @@ class Completer:
 
         ``deadline`` is the monotonic time after which the lease has surely expired.
         """
-        self._queue.append(_Pending(outcome, deadline, on_done, result))
+        lease = outcome if isinstance(outcome, Lease) else outcome.lease
+        key = (lease.job_id, lease.token)
+        self._queue.append(_Pending(outcome, lease, key, deadline, on_done, result))
         self._wake.set()
 
     def idle(self) -> bool:
@@ -80,9 +84,13 @@ class Completer:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._queue:
-                count = min(len(self._queue), self._max_batch)
-                batch = [self._queue.popleft() for _ in range(count)]
+            queue = self._queue
+            while queue:
+                if len(queue) <= self._max_batch:
+                    batch = list(queue)  # all of it, the usual case: no pop per job
+                    queue.clear()
+                else:
+                    batch = [queue.popleft() for _ in range(self._max_batch)]
                 await self._flush(batch)
 
     async def _flush(self, batch: list[_Pending]) -> None:
@@ -92,14 +100,14 @@ class Completer:
         done.update(await self._write(self._fail, failures))
         for pending in batch:
             try:
-                pending.on_done(done.get(_key(pending)))
+                pending.on_done(done.get(pending.key))
             except Exception:  # a bookkeeping bug must not stop every later completion
                 log.exception("completion callback failed for job %d", pending.lease.job_id)
 
     async def _complete(self, pending: list[_Pending]) -> dict[_Key, JobStatus]:
         # By lease, not job id: a stale and a current lease of one job in one batch stay
         # apart (only the current one's completion and result count).
-        results = {_key(p): p.result for p in pending if p.result is not None}
+        results = {p.key: p.result for p in pending if p.result is not None}
         done = await self._client.complete_leases([p.lease for p in pending], results=results)
         return dict.fromkeys(done, JobStatus.SUCCEEDED)
 
@@ -133,11 +141,11 @@ class Completer:
             try:
                 async with asyncio.timeout(self._op_timeout):
                     accepted = await write(pending)
-                    missed = [p for p in pending if _key(p) not in accepted]
+                    missed = [p for p in pending if p.key not in accepted]
                     if uncertain and missed:
                         ended = await self._client.attempts_ended([p.lease for p in missed])
                         accepted.update(
-                            (_key(p), ended[p.lease.job_id])
+                            (p.key, ended[p.lease.job_id])
                             for p in missed
                             if p.lease.job_id in ended
                             and (only is None or ended[p.lease.job_id] == only)
@@ -168,11 +176,3 @@ class Completer:
                     accepted.update(await self._write(write, [one], only))
                 return accepted
         return {}
-
-
-_Key = tuple[int, int]
-
-
-def _key(pending: _Pending) -> _Key:
-    """A lease's identity in a batch: job id and token."""
-    return (pending.lease.job_id, pending.lease.token)

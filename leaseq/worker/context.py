@@ -108,7 +108,7 @@ class JobContext:
         # is enough (one reference assignment), and costs nothing per job.
         self._abort: str | None = None
         self._step_book: StepBook | None = None  # made on first use: most jobs have no steps
-        self._deadline: Callable[[], float] | None = None
+        self._deadline: Callable[[Lease], float] | None = None
         self._suspended = False
 
     @property
@@ -199,13 +199,14 @@ class JobContext:
         self._abort = reason
         return True
 
-    def watch_deadline(self, deadline: Callable[[], float]) -> None:
-        """Give the context the lease's local deadline (``time.monotonic()``, kept by the
-        worker's lease keeper): a step never starts past it."""
-        self._deadline = deadline
+    def watch_deadline(self, deadline_of: Callable[[Lease], float]) -> None:
+        """Give the context where to read its lease's local deadline (``time.monotonic()``,
+        kept by the worker's lease keeper; 0 once the attempt left the worker): a step never
+        starts past it. One function for every attempt, so nothing is made per job."""
+        self._deadline = deadline_of
 
     def _step_site(self) -> StepSite:
-        deadline = None if self._deadline is None else self._deadline()
+        deadline = None if self._deadline is None else self._deadline(self.lease)
         recorder = None if self._services is None else self._services.recorder
         return StepSite(
             self.lease,

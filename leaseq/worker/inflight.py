@@ -280,6 +280,12 @@ class InFlight:
         if started_at + max_runtime < self.keeper_wakes_at:
             loop.call_soon_threadsafe(self.sooner.set)  # Event is not thread-safe
 
+    def deadline_of(self, lease: Lease) -> float:
+        """The local deadline of ``lease``'s attempt (``time.monotonic()``), or 0 once the
+        attempt has left the table (JobContext reads it before each step)."""
+        running = self._running.get((lease.job_id, lease.token))
+        return 0.0 if running is None else running.deadline
+
     def holds(self, running: Running) -> bool:
         return self._running.get(running.key) is running
 
