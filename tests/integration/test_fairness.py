@@ -59,6 +59,67 @@ def test_a_flood_of_one_key_does_not_delay_the_others(
     assert others_left == 0 and a_seen < 200, (a_seen, others_left)
 
 
+def test_keys_that_join_together_each_get_a_job_before_any_gets_a_second(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    """The boundary: more keys join at one instant than a claim takes. They all join at the
+    queue's virtual time and tie there; the claim full, the last of them (the highest job
+    ids) got nothing. Its pass was left unset, so it joined again at the next claim's virtual
+    time, later, lost the tie again, and waited until every other new key had drained
+    (under a flood, 30-40 ms for the tenth key's first job, the tail of bench.fair_flood)."""
+    client.enqueue_many([{"task": "t", "fairness_key": "A"} for _ in range(1_000)])
+    keys = [f"k{i}" for i in range(10)]
+    client.enqueue_many([{"task": "t", "fairness_key": k} for k in keys for _ in range(10)])
+    per_claim: list[list[str | None]] = []
+    for _ in range(2):
+        leases = client.claim("default", worker="w", limit=10)
+        per_claim.append(_keys_of(dsn, schema, [lease.job_id for lease in leases]))
+        client.complete_many(leases)
+    first_two = Counter(per_claim[0] + per_claim[1])
+    # 11 keys with work, 20 jobs: A and each new key get one or two, none more.
+    assert all(first_two[k] >= 1 for k in keys), per_claim
+    assert max(first_two.values()) <= 2, first_two
+    # And in the second claim the key left out of the first comes first.
+    (left_out,) = [k for k in keys if k not in per_claim[0]]
+    assert left_out in per_claim[1], per_claim
+
+
+def test_a_fair_claims_generic_plan_never_scans_the_jobs_table(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    """The boundary: a worker's claim runs a generic plan (plan_cache_mode =
+    force_generic_plan), made from the statistics of the moment. When one tenant holds
+    nearly every row, a generic estimate makes "a job of this key" look like every row, and
+    the drained test of each key the claim took from (a bare NOT EXISTS) became a sequential
+    scan of the table per key: 1.3 s a claim under 1,000,000 jobs of one tenant, while the
+    other tenants' first jobs waited. Scaled down: the plan and its buffers, not a time."""
+    from leaseq.ops.positional import positional
+
+    run_sql(
+        dsn,
+        "INSERT INTO {s}.jobs (queue_name, task, payload, fairness_key) "
+        "SELECT 'default', 't', '{{}}'::jsonb, 'A' FROM generate_series(1, 30000)",
+        schema,
+    )
+    client.enqueue("t", fairness_key="A")  # and A's fair_keys row, as any enqueue
+    run_sql(dsn, "ANALYZE {s}.jobs", schema)  # statistics of the flood: one key
+    client.enqueue_many([{"task": "t", "fairness_key": f"k{i}"} for i in range(10)])
+    text, names = positional(client.queries["claim_fair_jobs"])
+    params = {"queue": "default", "owner": "w", "lease_seconds": 60.0, "limit": 10}
+    values = ", ".join(psycopg.sql.quote(params[n]) for n in names)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan; SET jit = off")
+        conn.execute(f"PREPARE fair_claim AS {text}")
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE fair_claim({values})"
+            ).fetchall()
+        )
+    # Ten new keys drained by this claim (one job each), each tested by an index probe.
+    assert "Seq Scan on jobs" not in plan, plan
+
+
 def test_weighted_keys_get_shares_within_ten_percent(
     client: leaseq.Client, dsn: str, schema: str
 ) -> None:
