@@ -63,7 +63,7 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
          CASE WHEN k0.pass IS NULL OR k0.park_step > 0
               THEN greatest(coalesce(k0.pass, v.v0), v.v0) ELSE k0.pass END AS ep,
          least(%(limit)s, ceil(%(limit)s * k0.weight / v.w))::integer AS share,
-         -- Joins (or comes back) at this claim's virtual time: its pass is not its own yet.
+         -- Joins (or comes back) at this claim's virtual time: no pass of its own yet.
          k0.pass IS NULL OR k0.park_step > 0 AS joining
   FROM k0 CROSS JOIN v
 ), found AS MATERIALIZED (
@@ -89,17 +89,24 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
   ) AS h
 ), heads AS MATERIALIZED (
+  -- At equal virtual time a joining key's job comes first: it joins at this claim's
+  -- virtual time and keeps no pass until it gets a job, so a key passed over on a tie
+  -- would join again at the next claim's (later) time and lose the tie again, until every
+  -- key it tied with had drained (keys joining together, more than a claim takes).
   SELECT f.fkey, f.id,
          kq.ep + (row_number() OVER (PARTITION BY f.fkey
                                      ORDER BY f.priority DESC, f.available_at, f.id) - 1)
-                 / kq.weight AS vt
+                 / kq.weight AS vt,
+         NOT kq.joining AS served
   FROM found AS f JOIN kq USING (fkey)
 ), pick AS MATERIALIZED (
   SELECT CASE WHEN NOT {_limits_apply}
-           THEN ARRAY(SELECT h.id FROM heads AS h ORDER BY h.vt, h.id LIMIT %(limit)s)
+           THEN ARRAY(SELECT h.id FROM heads AS h ORDER BY h.vt, h.served, h.id
+                      LIMIT %(limit)s)
          END AS ids,
          CASE WHEN {_limits_apply}
-           THEN {schema}.admit(ARRAY(SELECT h.id FROM heads AS h ORDER BY h.vt, h.id),
+           THEN {schema}.admit(ARRAY(SELECT h.id FROM heads AS h
+                                     ORDER BY h.vt, h.served, h.id),
                                %(limit)s)
          END AS adm
 ), claimed AS (
@@ -119,9 +126,7 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
   -- scalar subquery in the index's order with LIMIT 1, so that every plan reads
   -- jobs_fair_idx; as NOT EXISTS, whose ORDER BY and LIMIT the planner drops, a generic
   -- plan made while one key held nearly every row read the whole table for each other
-  -- key: 1.3 s a claim under 1,000,000 jobs of one tenant). Also a key that joined at this
-  -- claim's virtual time and got nothing (the claim was full): its pass is fixed there, or
-  -- it would join again at the next claim's, later, and lose every tie.
+  -- key: 1.3 s a claim under 1,000,000 jobs of one tenant).
   SELECT h.fkey, count(cl.id) AS m,
          count(cl.id) = count(*) AND h.fkey <> ''
          AND h.fkey NOT IN (SELECT coalesce(w.fairness_key, '') FROM woken AS w)
@@ -132,10 +137,9 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
               ORDER BY c.priority DESC, c.available_at, c.id
               LIMIT 1) IS NULL AS drained
   FROM heads AS h
-  JOIN kq USING (fkey)
   LEFT JOIN claimed AS cl ON cl.id = h.id
   GROUP BY h.fkey
-  HAVING count(cl.id) > 0 OR bool_or(kq.joining)
+  HAVING count(cl.id) > 0
 ), mine AS MATERIALIZED (
   -- The rows of the keys taken from, locked once, SKIP LOCKED (a row another claim holds
   -- keeps its pass: it is advanced by the next claim that gets it). Materialized: as a
