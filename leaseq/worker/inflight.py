@@ -286,9 +286,6 @@ class InFlight:
         running = self._running.get((lease.job_id, lease.token))
         return 0.0 if running is None else running.deadline
 
-    def holds(self, running: Running) -> bool:
-        return self._running.get(running.key) is running
-
     @property
     def reporting(self) -> int:
         """Leases of the table whose handler is done, their outcome on its way."""
