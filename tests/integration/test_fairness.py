@@ -15,6 +15,7 @@ import pytest
 
 import leaseq
 from leaseq.errors import ConfigError
+from leaseq.ops.positional import positional
 from tests.support.helpers import rows, run_sql
 
 
@@ -59,7 +60,7 @@ def test_a_flood_of_one_key_does_not_delay_the_others(
     assert others_left == 0 and a_seen < 200, (a_seen, others_left)
 
 
-def test_keys_that_join_together_each_get_a_job_before_any_gets_a_second(
+def test_keys_joining_together_each_get_a_job_within_the_claims_they_fill(
     client: leaseq.Client, dsn: str, schema: str
 ) -> None:
     """The boundary: more keys join at one instant than a claim takes. They join at the
@@ -91,9 +92,7 @@ def test_a_fair_claims_generic_plan_never_scans_the_jobs_table(
     nearly every row, a generic estimate makes "a job of this key" look like every row, and
     the drained test of each key the claim took from (a bare NOT EXISTS) became a sequential
     scan of the table per key: 1.3 s a claim under 1,000,000 jobs of one tenant, while the
-    other tenants' first jobs waited. Scaled down: the plan and its buffers, not a time."""
-    from leaseq.ops.positional import positional
-
+    other tenants' first jobs waited. Scaled down: the plan, not a time."""
     run_sql(
         dsn,
         "INSERT INTO {s}.jobs (queue_name, task, payload, fairness_key) "
