@@ -194,6 +194,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "Keys of fair queues this worker's fair key pruner deleted: idle longer than "
         "fair_key_retention with no job left (docs/fairness.md).",
     ),
+    MetricSpec(
+        "leaseq_fair_keys_vacuums_total",
+        "counter",
+        (),
+        "worker",
+        "Vacuums of fair_keys this worker ran: each claim of a fair queue leaves dead pass "
+        "entries that later claims step over until a vacuum (docs/fairness.md).",
+    ),
     MetricSpec("leaseq_worker_slots", "gauge", (), "worker", "Handler slots (concurrency)."),
     MetricSpec(
         "leaseq_worker_busy_slots",
@@ -553,6 +561,7 @@ class WorkerMetrics:
         self.payload_objects_deleted = make("leaseq_payload_objects_deleted_total")
         self.payload_orphans_removed = make("leaseq_payload_orphans_removed_total")
         self.fair_keys_pruned = make("leaseq_fair_keys_pruned_total")
+        self.fair_keys_vacuums = make("leaseq_fair_keys_vacuums_total")
         self.slots = make("leaseq_worker_slots")
         self.busy_slots = make("leaseq_worker_busy_slots")
         self.held_leases = make("leaseq_worker_held_leases")

@@ -52,3 +52,16 @@ class AsyncFairOps(AsyncClientBase):
             "limit": validate.check_int("batch_size", batch_size, 1, 100_000),
         }
         return len(await self._rows("prune_fair_keys", params))
+
+    async def vacuum_fair_keys(self, *, min_dead: int = 1000) -> bool:
+        """Vacuum ``fair_keys`` if the statistics count at least ``min_dead`` dead row versions
+        in it (each claim of a fair queue leaves one per key it takes from, and every claim
+        steps over their old pass entries until a vacuum removes them); True if it ran.
+        Skipped, never waited for, while another vacuum of it runs. A role that does not own
+        the table gets the server's warning and nothing is vacuumed (autovacuum still is)."""
+        floor = validate.check_int("min_dead", min_dead, 0, 2**62)
+        ((dead,),) = await self._rows("fair_keys_dead")
+        if dead < floor or dead == 0:
+            return False
+        await self._rows("vacuum_fair_keys")
+        return True

@@ -1,7 +1,7 @@
 -- leaseq's complete current schema: what `leaseq migrate` builds from migration 0001 up to
 -- the version below, written out in one place to read.
 --
--- schema version: 37
+-- schema version: 38
 --
 -- `migrate()` never runs this file; the migrations in migrations/NNNN_*.sql are the source
 -- of every database's schema. tests/integration/test_schema_sql.py builds one schema from the
@@ -54,7 +54,8 @@ INSERT INTO {schema}.schema_version (version, name) VALUES
   (34, 'schedule_cost'),
   (35, 'callback_cost'),
   (36, 'payloads_vacuum'),
-  (37, 'schema_lock_keys');
+  (37, 'schema_lock_keys'),
+  (38, 'fair_keys_vacuum');
 
 CREATE TYPE {schema}.job_status AS ENUM (
   'pending', 'running', 'succeeded', 'dead', 'cancelled', 'suspended'
@@ -2621,6 +2622,14 @@ CREATE TABLE {schema}.fair_keys (
   CONSTRAINT fair_keys_weight_positive CHECK (weight > 0 AND weight <= 1000000),
   -- (version 29) The last enqueue, wake-up or claim of the key: prune_fair_keys' idle test.
   active_at timestamptz NOT NULL DEFAULT now()
+)
+-- (version 38) Autovacuum from 1,000 dead rows, unthrottled: each claim leaves the old pass
+-- entries of its keys where the next claim's scan of fair_keys_pass_idx starts (the
+-- workers vacuum it too: vacuum_fair_keys).
+WITH (
+  autovacuum_vacuum_cost_delay = 0,
+  autovacuum_vacuum_scale_factor = 0,
+  autovacuum_vacuum_threshold = 1000
 );
 
 -- The keys in turn (not parked) by pass, and the parked ones by the end of their park.

@@ -221,6 +221,9 @@ class WorkerEvents:
     def fair_keys_pruned(self, count: int) -> None:
         self.metrics.fair_keys_pruned.inc(count)
 
+    def fair_keys_vacuumed(self) -> None:
+        self.metrics.fair_keys_vacuums.inc()
+
     def ticked(self, result: TickRound) -> None:
         """A schedule ticker round (leaseq.worker.maintenance.Ticker)."""
         self.stats.ticks_enqueued += result.enqueued

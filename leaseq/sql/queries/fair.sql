@@ -132,7 +132,8 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
          AND h.fkey NOT IN (SELECT coalesce(w.fairness_key, '') FROM woken AS w)
          AND (SELECT c.id FROM {schema}.jobs AS c
               WHERE c.queue_name = %(queue)s AND c.fairness_key = h.fkey
-                AND {_fair_claimable}
+                AND c.status = 'pending' AND NOT c.blocked AND NOT c.waiting
+                AND c.available_at <= now()
                 AND NOT c.id = ANY(ARRAY(SELECT x.id FROM found AS x WHERE x.fkey = h.fkey))
               ORDER BY c.priority DESC, c.available_at, c.id
               LIMIT 1) IS NULL AS drained
@@ -142,32 +143,39 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
   HAVING count(cl.id) > 0
 ), mine AS MATERIALIZED (
   -- The rows of the keys taken from, locked once, SKIP LOCKED (a row another claim holds
-  -- keeps its pass: it is advanced by the next claim that gets it). Materialized: as a
-  -- semi-join's inner side this was locked again for every key (five times the buffers).
-  SELECT x.fairness_key FROM {schema}.fair_keys AS x
-  WHERE x.queue_name = %(queue)s AND x.fairness_key IN (SELECT fkey FROM took)
-  FOR UPDATE SKIP LOCKED
+  -- keeps its pass: it is advanced by the next claim that gets it). Every read of
+  -- fair_keys from here on is by its primary key, one probe per key (a lateral, or
+  -- = ANY of the keys): as joins, a generic plan made after the table's statistics moved
+  -- (a vacuum, an analyze) hashed a sequential scan of all of fair_keys in every claim.
+  SELECT t.fkey, t.m, t.drained, kq.ep, kq.gen
+  FROM took AS t JOIN kq USING (fkey) CROSS JOIN LATERAL (
+    SELECT 1 FROM {schema}.fair_keys AS x
+    WHERE x.queue_name = %(queue)s AND x.fairness_key = t.fkey
+    FOR UPDATE SKIP LOCKED
+  ) AS x
 ), advanced AS (
   -- A key whose last claimable job was just claimed is parked at once (briefly), so it
   -- does not take a place among the next claim's keys in turn (unless an enqueue touched
   -- it since this statement's snapshot: gen).
   UPDATE {schema}.fair_keys AS f
-  SET pass = greatest(coalesce(f.pass, kq.ep), kq.ep) + t.m / f.weight,
-      parked_until = CASE WHEN t.drained AND f.gen = kq.gen
-                          THEN now() + interval '0.05 seconds' END,
-      park_step = CASE WHEN t.drained AND f.gen = kq.gen THEN 0.05 ELSE 0 END,
-      active_at = now()
-  FROM took AS t JOIN kq USING (fkey) JOIN mine AS m ON m.fairness_key = t.fkey
-  WHERE f.queue_name = %(queue)s AND f.fairness_key = t.fkey
+  SET (pass, parked_until, park_step, active_at) = (
+        SELECT greatest(coalesce(f.pass, m.ep), m.ep) + m.m / f.weight,
+               CASE WHEN m.drained AND f.gen = m.gen THEN now() + interval '0.05 seconds' END,
+               CASE WHEN m.drained AND f.gen = m.gen THEN 0.05 ELSE 0 END,
+               now()
+        FROM mine AS m WHERE m.fkey = f.fairness_key)
+  WHERE f.queue_name = %(queue)s AND f.fairness_key = ANY(ARRAY(SELECT m.fkey FROM mine AS m))
 ), idle AS MATERIALIZED (
   -- The rows of the keys found with nothing claimable (and no sleeper woken here), locked
   -- once, SKIP LOCKED, at the gen this statement read (an enqueue since: not parked).
-  SELECT x.fairness_key FROM {schema}.fair_keys AS x JOIN kq AS y
-    ON y.fkey = x.fairness_key AND y.gen = x.gen
-  WHERE x.queue_name = %(queue)s
-    AND NOT EXISTS (SELECT 1 FROM found WHERE found.fkey = y.fkey)
+  SELECT y.fkey, y.gen
+  FROM kq AS y CROSS JOIN LATERAL (
+    SELECT 1 FROM {schema}.fair_keys AS x
+    WHERE x.queue_name = %(queue)s AND x.fairness_key = y.fkey AND x.gen = y.gen
+    FOR UPDATE SKIP LOCKED
+  ) AS x
+  WHERE NOT EXISTS (SELECT 1 FROM found WHERE found.fkey = y.fkey)
     AND y.fkey NOT IN (SELECT coalesce(w.fairness_key, '') FROM woken AS w)
-  FOR UPDATE OF x SKIP LOCKED
 ), parked AS (
   -- Parked until its next scheduled job at the latest (the first of its first 100 pending
   -- entries in claim order that is not due yet: exact within one priority).
@@ -175,7 +183,7 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
   SET park_step = least(5, greatest(0.05, f.park_step * 2)),
       parked_until = least(
         now() + make_interval(secs => least(5, greatest(0.05, f.park_step * 2))),
-        CASE WHEN kq.fkey = '' THEN
+        CASE WHEN f.fairness_key = '' THEN
           (SELECT min(s.available_at) FROM (
              SELECT c.available_at FROM {schema}.jobs AS c
              WHERE c.queue_name = %(queue)s AND c.fairness_key IS NULL
@@ -185,27 +193,32 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
         ELSE
           (SELECT min(s.available_at) FROM (
              SELECT c.available_at FROM {schema}.jobs AS c
-             WHERE c.queue_name = %(queue)s AND c.fairness_key = kq.fkey
+             WHERE c.queue_name = %(queue)s AND c.fairness_key = f.fairness_key
                AND c.status = 'pending' AND NOT c.blocked AND NOT c.waiting
              ORDER BY c.priority DESC, c.available_at, c.id LIMIT 100) AS s
            WHERE s.available_at > now())
         END)
-  FROM kq JOIN idle AS i ON i.fairness_key = kq.fkey
-  WHERE f.queue_name = %(queue)s AND f.fairness_key = kq.fkey AND f.gen = kq.gen
+  WHERE f.queue_name = %(queue)s
+    AND f.fairness_key = ANY(ARRAY(SELECT i.fkey FROM idle AS i))
+    AND f.gen = (SELECT i.gen FROM idle AS i WHERE i.fkey = f.fairness_key)
+), woke AS MATERIALIZED (
+  -- The keys of the sleepers this statement woke, parked and not among its keys in turn,
+  -- locked SKIP LOCKED (a row another claim holds is left as it is: that key is then found
+  -- when its park ends).
+  SELECT wk.k
+  FROM (SELECT DISTINCT coalesce(w.fairness_key, '') AS k FROM woken AS w) AS wk
+  CROSS JOIN LATERAL (
+    SELECT 1 FROM {schema}.fair_keys AS x
+    WHERE x.queue_name = %(queue)s AND x.fairness_key = wk.k AND x.parked_until IS NOT NULL
+    FOR UPDATE SKIP LOCKED
+  ) AS x
+  WHERE wk.k NOT IN (SELECT fkey FROM kq)
 ), rewake AS (
-  -- The keys of the sleepers this statement woke, parked and not among its keys in turn:
-  -- unparked (as an enqueue would), SKIP LOCKED (a row another claim holds is left as it
-  -- is: that key is then found when its park ends).
+  -- ...unparked, as an enqueue would.
   UPDATE {schema}.fair_keys AS f
   SET gen = f.gen + 1, parked_until = NULL, park_step = 0, active_at = now(),
       pass = CASE WHEN f.park_step > 0 THEN NULL ELSE f.pass END
-  WHERE f.queue_name = %(queue)s
-    AND f.fairness_key IN (SELECT x.fairness_key FROM {schema}.fair_keys AS x
-                           WHERE x.queue_name = %(queue)s AND x.parked_until IS NOT NULL
-                             AND x.fairness_key IN (SELECT coalesce(w.fairness_key, '')
-                                                    FROM woken AS w)
-                             AND x.fairness_key NOT IN (SELECT fkey FROM kq)
-                           FOR UPDATE SKIP LOCKED)
+  WHERE f.queue_name = %(queue)s AND f.fairness_key = ANY(ARRAY(SELECT k FROM woke))
 )
 SELECT * FROM claimed;
 

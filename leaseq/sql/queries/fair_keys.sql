@@ -97,3 +97,18 @@ DELETE FROM {schema}.fair_keys AS f
 USING cand AS c
 WHERE f.queue_name = c.queue_name AND f.fairness_key = c.fairness_key AND f.gen = c.gen
 RETURNING f.queue_name, f.fairness_key;
+
+-- name: fair_keys_dead
+-- Dead row versions in fair_keys as the statistics last counted them (0 without
+-- track_counts): each claim of a fair queue leaves one per key it advanced.
+SELECT coalesce((SELECT s.n_dead_tup FROM pg_stat_user_tables AS s
+                 WHERE s.relid = '{schema}.fair_keys'::regclass), 0);
+
+-- name: vacuum_fair_keys
+-- Upkeep of fair queues (the worker's FairKeyVacuum). Why: a claim moves the passes of the
+-- keys it takes from forward, which leaves their old entries at the low end of
+-- fair_keys_pass_idx, exactly where the next claim's scan starts; every claim steps over
+-- all of them until a vacuum removes them (autovacuum comes once a minute at best: 300,000
+-- entries at 5,000 jobs/s). The table holds a row per key, so this is milliseconds.
+-- SKIP_LOCKED: never waits for another worker's vacuum of it. Outside a transaction.
+VACUUM (SKIP_LOCKED, PARALLEL 0) {schema}.fair_keys;

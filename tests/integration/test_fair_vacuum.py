@@ -1,0 +1,145 @@
+"""fair_keys is vacuumed by the workers (vacuum_fair_keys, the worker's FairKeyVacuum) on a
+real PostgreSQL. The boundary: each claim of a fair queue moves the passes of the keys it
+takes from, which leaves their old entries at the low end of fair_keys_pass_idx, where the
+next claim's scan starts. Counted in buffers, not time: the scan reads every page of them
+until a vacuum, and none after it; the vacuum never waits for another one; and the claims
+after it go on in turn."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import psycopg
+import pytest
+
+import leaseq
+from leaseq.metrics import WorkerMetrics
+from leaseq.worker.inflight import WorkerEvents, WorkerStats
+from leaseq.worker.maintenance import FAIR_VACUUM_DEAD, FairKeyVacuum
+from leaseq.worker.outage import Outage
+from tests.support.helpers import rows
+
+KEYS = 300
+
+
+def _fill_and_claim(dsn: str, schema: str, claims: int) -> None:
+    """Jobs of KEYS keys, then ``claims`` claims of 10, completed, on a client of their own:
+    closing it ends its sessions, which flushes their statistics (a session left open
+    flushes them only when it has been idle a while)."""
+    with leaseq.Client(dsn, schema=schema) as own:
+        own.enqueue_many(
+            [{"task": "t", "fairness_key": f"k{i % KEYS:03d}"} for i in range(KEYS * 8)]
+        )
+        for _ in range(claims):
+            leases = own.claim("default", worker="w", limit=10)
+            assert len(leases) == 10
+            own.complete_many(leases)
+
+
+def _dead(dsn: str, schema: str) -> int:
+    ((n,),) = rows(
+        dsn,
+        "SELECT coalesce(n_dead_tup, 0) FROM pg_stat_user_tables "
+        "WHERE relid = '{s}.fair_keys'::regclass",
+        schema,
+    )
+    return int(n)
+
+
+def _wait_dead(dsn: str, schema: str, at_least: int) -> int:
+    """The statistics of the claims' backends are flushed within a second or so of their
+    last transaction: wait for them."""
+    deadline = time.monotonic() + 30
+    while (n := _dead(dsn, schema)) < at_least:
+        assert time.monotonic() < deadline, f"fair_keys shows {n} dead rows, not {at_least}"
+        time.sleep(0.1)
+    return n
+
+
+def _turn_scan_buffers(dsn: str, schema: str) -> int:
+    """Buffers the claim's scan of the keys in turn (k0's first branch) reads for its
+    first 18 keys: the dead entries of earlier passes before them included."""
+    plan = rows(
+        dsn,
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT f.fairness_key FROM {s}.fair_keys AS f "
+        "WHERE f.queue_name = 'default' AND f.parked_until IS NULL "
+        "ORDER BY f.pass NULLS FIRST LIMIT 18",
+        schema,
+    )[0][0][0]["Plan"]
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+def test_a_vacuum_removes_the_dead_pass_entries_the_claims_step_over(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    _fill_and_claim(dsn, schema, 150)  # 1,500 passes moved
+    _wait_dead(dsn, schema, FAIR_VACUUM_DEAD)
+    _turn_scan_buffers(dsn, schema)  # marks the dead entries it meets (kill bits)
+    before = _turn_scan_buffers(dsn, schema)
+    assert client.vacuum_fair_keys(min_dead=FAIR_VACUUM_DEAD)
+    after = _turn_scan_buffers(dsn, schema)
+    # 1,500 dead entries fill several leaf pages; after the vacuum the scan reads the
+    # root, one leaf and the heap pages of its 18 rows.
+    assert before - after >= 5, (before, after)
+    assert after <= 5, after
+    assert _dead(dsn, schema) == 0
+    assert not client.vacuum_fair_keys(min_dead=FAIR_VACUUM_DEAD)
+    # The rotation goes on where it was: the next claim takes one job from each of ten keys.
+    leases = client.claim("default", worker="w", limit=10)
+    got = rows(
+        dsn,
+        "SELECT count(DISTINCT fairness_key) FROM {s}.jobs WHERE id = ANY(%s)",
+        schema,
+        [x.job_id for x in leases],
+    )
+    assert got == [(10,)]
+
+
+def test_below_the_floor_nothing_is_vacuumed(client: leaseq.Client, dsn: str, schema: str) -> None:
+    _fill_and_claim(dsn, schema, 20)  # 200 passes moved
+    n = _wait_dead(dsn, schema, 200)
+    assert not client.vacuum_fair_keys(min_dead=n + 1)
+    assert _dead(dsn, schema) == n
+    with pytest.raises(leaseq.LeaseqError):
+        client.vacuum_fair_keys(min_dead=-1)
+
+
+def test_a_vacuum_never_waits_for_another(client: leaseq.Client, dsn: str, schema: str) -> None:
+    _fill_and_claim(dsn, schema, 150)
+    n = _wait_dead(dsn, schema, FAIR_VACUUM_DEAD)
+    returned = threading.Event()
+    # Another vacuum's lock (SHARE UPDATE EXCLUSIVE), held open until the call returns: a
+    # vacuum that waited for it would never return.
+    with psycopg.connect(dsn) as other:
+        other.execute(f'LOCK TABLE "{schema}".fair_keys IN SHARE UPDATE EXCLUSIVE MODE')
+        caller = threading.Thread(
+            target=lambda: (client.vacuum_fair_keys(min_dead=FAIR_VACUUM_DEAD), returned.set())
+        )
+        caller.start()
+        caller.join(timeout=60)
+        held = returned.is_set()
+        other.rollback()
+    caller.join()
+    assert held, "vacuum_fair_keys waited for the other vacuum's lock"
+    assert _dead(dsn, schema) >= n  # skipped: nothing was removed
+
+
+def test_the_worker_service_vacuums_and_counts(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    metrics = WorkerMetrics()
+    events = WorkerEvents(WorkerStats(), metrics)
+
+    async def tick() -> None:
+        async with leaseq.AsyncClient(dsn, schema=schema) as aclient:
+            await FairKeyVacuum(aclient, Outage(), events, timeout=30).tick()
+
+    asyncio.run(tick())  # no fair queue yet: nothing to do
+    assert metrics.registry.get_sample_value("leaseq_fair_keys_vacuums_total") == 0
+    _fill_and_claim(dsn, schema, 150)
+    _wait_dead(dsn, schema, FAIR_VACUUM_DEAD)
+    asyncio.run(tick())
+    assert metrics.registry.get_sample_value("leaseq_fair_keys_vacuums_total") == 1
+    assert _dead(dsn, schema) == 0
