@@ -10,6 +10,10 @@ The synchronous twin of ``leaseq/ops/fair_async.py``; see that file for the logi
 
 from __future__ import annotations
 
+from typing import Any
+
+from psycopg import Connection
+
 from leaseq import validate
 from leaseq.ops.base import ClientBase
 from leaseq.rules.fairness import TOP_KEYS, FairKey, check_weight, fair_keys_from_rows
@@ -57,15 +61,19 @@ class FairOps(ClientBase):
         }
         return len(self._rows("prune_fair_keys", params))
 
-    def vacuum_fair_keys(self, *, min_dead: int = 1000) -> bool:
+    def vacuum_fair_keys(
+        self, *, min_dead: int = 1000, connection: Connection[Any] | None = None
+    ) -> bool:
         """Vacuum ``fair_keys`` if the statistics count at least ``min_dead`` dead row versions
         in it (each claim of a fair queue leaves one per key it takes from, and every claim
-        steps over their old pass entries until a vacuum removes them); True if it ran.
-        Skipped, never waited for, while another vacuum of it runs. A role that does not own
-        the table gets the server's warning and nothing is vacuumed (autovacuum still is)."""
+        steps over their old pass entries until a vacuum removes them); True if the vacuum
+        was asked for. It never waits for another vacuum of the table (it skips it instead).
+        ``connection``: an autocommit connection of your own (a vacuum cannot run inside a
+        transaction); default, a pooled one. A role that does not own the table gets the
+        server's warning and nothing is vacuumed (autovacuum still is)."""
         floor = validate.check_int("min_dead", min_dead, 0, 2**62)
-        ((dead,),) = self._rows("fair_keys_dead")
+        ((dead,),) = self._rows("fair_keys_dead", None, connection)
         if dead < floor or dead == 0:
             return False
-        self._rows("vacuum_fair_keys")
+        self._rows("vacuum_fair_keys", None, connection)
         return True

@@ -6,6 +6,10 @@ in leaseq.ops.enqueue_async; the rules are ``leaseq.rules.fairness``.
 
 from __future__ import annotations
 
+from typing import Any
+
+from psycopg import AsyncConnection
+
 from leaseq import validate
 from leaseq.ops.base_async import AsyncClientBase
 from leaseq.rules.fairness import TOP_KEYS, FairKey, check_weight, fair_keys_from_rows
@@ -53,15 +57,19 @@ class AsyncFairOps(AsyncClientBase):
         }
         return len(await self._rows("prune_fair_keys", params))
 
-    async def vacuum_fair_keys(self, *, min_dead: int = 1000) -> bool:
+    async def vacuum_fair_keys(
+        self, *, min_dead: int = 1000, connection: AsyncConnection[Any] | None = None
+    ) -> bool:
         """Vacuum ``fair_keys`` if the statistics count at least ``min_dead`` dead row versions
         in it (each claim of a fair queue leaves one per key it takes from, and every claim
-        steps over their old pass entries until a vacuum removes them); True if it ran.
-        Skipped, never waited for, while another vacuum of it runs. A role that does not own
-        the table gets the server's warning and nothing is vacuumed (autovacuum still is)."""
+        steps over their old pass entries until a vacuum removes them); True if the vacuum
+        was asked for. It never waits for another vacuum of the table (it skips it instead).
+        ``connection``: an autocommit connection of your own (a vacuum cannot run inside a
+        transaction); default, a pooled one. A role that does not own the table gets the
+        server's warning and nothing is vacuumed (autovacuum still is)."""
         floor = validate.check_int("min_dead", min_dead, 0, 2**62)
-        ((dead,),) = await self._rows("fair_keys_dead")
+        ((dead,),) = await self._rows("fair_keys_dead", None, connection)
         if dead < floor or dead == 0:
             return False
-        await self._rows("vacuum_fair_keys")
+        await self._rows("vacuum_fair_keys", None, connection)
         return True

@@ -12,8 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
+
+from psycopg import AsyncConnection
 
 from leaseq.client_async import AsyncClient
+from leaseq.errors import DatabaseUnavailable
 from leaseq.retry import RetryPolicy
 from leaseq.worker.config import WorkerConfig
 from leaseq.worker.inflight import WorkerEvents
@@ -220,7 +224,12 @@ class FairKeyVacuum(PeriodicService):
     while no fair queue is claimed). Each claim of a fair queue leaves the old pass entries
     of the keys it took from at the low end of fair_keys_pass_idx, where the next claim's
     scan starts, so the claim slows with every one until a vacuum; autovacuum's minute is
-    far too long for that (leaseq_fair_keys_vacuums_total)."""
+    far too long for that (leaseq_fair_keys_vacuums_total).
+
+    On a connection of its own, kept open: a look every second through the pool kept one
+    more pooled connection in the rotation of the claims and completions, and cost the
+    worker's drain of a fair queue 8% (bench.fairness, the worker rounds) where the same
+    vacuums from outside the worker made it 6% faster."""
 
     name = "fair key vacuum"
 
@@ -229,11 +238,35 @@ class FairKeyVacuum(PeriodicService):
     ) -> None:
         super().__init__(client, outage, interval=FAIR_VACUUM_EVERY, timeout=timeout)
         self.events = events
+        self._conn: AsyncConnection[Any] | None = None
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            await self._drop()
 
     async def tick(self) -> None:
-        async with asyncio.timeout(self.timeout):
-            if await self.client.vacuum_fair_keys(min_dead=FAIR_VACUUM_DEAD):
-                self.events.fair_keys_vacuumed()
+        try:
+            async with asyncio.timeout(self.timeout):
+                if self._conn is None or self._conn.closed:
+                    self._conn = await self.client.connect(autocommit=True)
+                vacuumed = await self.client.vacuum_fair_keys(
+                    min_dead=FAIR_VACUUM_DEAD, connection=self._conn
+                )
+        except DatabaseUnavailable as exc:
+            await self.outage.failed(self.name, exc)
+            return
+        except BaseException:
+            await self._drop()  # a statement cut short leaves nothing to reuse
+            raise
+        if vacuumed:
+            self.events.fair_keys_vacuumed()
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
 
 
 class Ticker(PeriodicService):

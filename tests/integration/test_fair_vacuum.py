@@ -8,6 +8,7 @@ after it go on in turn."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 
@@ -126,20 +127,32 @@ def test_a_vacuum_never_waits_for_another(client: leaseq.Client, dsn: str, schem
     assert _dead(dsn, schema) >= n  # skipped: nothing was removed
 
 
-def test_the_worker_service_vacuums_and_counts(
+def test_the_worker_service_vacuums_and_counts_on_a_connection_of_its_own(
     client: leaseq.Client, dsn: str, schema: str
 ) -> None:
     metrics = WorkerMetrics()
     events = WorkerEvents(WorkerStats(), metrics)
 
-    async def tick() -> None:
-        async with leaseq.AsyncClient(dsn, schema=schema) as aclient:
-            await FairKeyVacuum(aclient, Outage(), events, timeout=30).tick()
+    def vacuums() -> float | None:
+        return metrics.registry.get_sample_value("leaseq_fair_keys_vacuums_total")
 
-    asyncio.run(tick())  # no fair queue yet: nothing to do
-    assert metrics.registry.get_sample_value("leaseq_fair_keys_vacuums_total") == 0
+    async def serve(until: float) -> dict[str, int]:
+        """Run the service for two looks at least, until it has vacuumed ``until`` times."""
+        async with leaseq.AsyncClient(dsn, schema=schema) as aclient:
+            task = asyncio.create_task(FairKeyVacuum(aclient, Outage(), events, timeout=30).run())
+            started = time.monotonic()
+            while vacuums() != until or time.monotonic() < started + 2:
+                assert time.monotonic() < started + 30, f"{vacuums()} vacuums, not {until}"
+                await asyncio.sleep(0.05)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return aclient.pool_stats()
+
+    # No fair queue yet: nothing to do. The pool is never opened: the service looks and
+    # vacuums on a connection of its own.
+    assert asyncio.run(serve(0)) == {"in_use": 0, "idle": 0, "waiting": 0}
     _fill_and_claim(dsn, schema, 150)
     _wait_dead(dsn, schema, FAIR_VACUUM_DEAD)
-    asyncio.run(tick())
-    assert metrics.registry.get_sample_value("leaseq_fair_keys_vacuums_total") == 1
+    assert asyncio.run(serve(1)) == {"in_use": 0, "idle": 0, "waiting": 0}
     assert _dead(dsn, schema) == 0
