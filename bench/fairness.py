@@ -12,7 +12,8 @@ of each round: what a user's worker sees, handler cycle and completions included
 Drain: two schemas per round, filled the same way (``--jobs`` no-op jobs, untimed), one
 with every job under one of ``--keys`` fairness keys (round robin), one without keys; each
 drained by one client claiming 10 at a time (``claim`` + ``complete_many``, the work of a
-worker at concurrency 10 without the handler), configured as a worker's (generic plans).
+worker at concurrency 10 without the handler), configured as a worker's (generic plans),
+with the worker's vacuum of ``fair_keys`` once a second (``vacuum_fair_keys``).
 Rounds alternate the order of the two modes. Prints jobs/s per mode per round, the
 medians and the ratio fair / plain (target >= 0.85).
 
@@ -49,6 +50,7 @@ from bench.harness import (
     worker_command,
     worker_env,
 )
+from leaseq.worker.maintenance import FAIR_VACUUM_DEAD, FAIR_VACUUM_EVERY
 
 
 def _fill(dsn: str, client: leaseq.Client, jobs: int, keys: int) -> None:
@@ -65,13 +67,20 @@ def _fill(dsn: str, client: leaseq.Client, jobs: int, keys: int) -> None:
         vacuum_analyze(conn, client.schema)
 
 
-def _drain(client: leaseq.Client, jobs: int) -> float:
+def _drain(dsn: str, client: leaseq.Client, jobs: int) -> float:
+    """Claims of 10 and their completions, and once a second what a worker's FairKeyVacuum
+    does (on a connection of its own, as the worker's): timed together."""
     done = 0
-    started = time.perf_counter()
-    while leases := client.claim(worker="bench", limit=10):
-        client.complete_many(leases)
-        done += len(leases)
-    took = time.perf_counter() - started
+    with connect(dsn) as own:
+        own.autocommit = True
+        started = look = time.perf_counter()
+        while leases := client.claim(worker="bench", limit=10):
+            client.complete_many(leases)
+            done += len(leases)
+            if time.perf_counter() - look >= FAIR_VACUUM_EVERY:
+                client.vacuum_fair_keys(min_dead=FAIR_VACUUM_DEAD, connection=own)
+                look = time.perf_counter()
+        took = time.perf_counter() - started
     if done != jobs:
         raise SystemExit(f"drained {done} of {jobs} jobs")
     return done / took
@@ -250,7 +259,7 @@ def main() -> None:
                 # Drained as a worker's client claims: prepared statements on their
                 # generic plans, no JIT (leaseq.ops.base_async._configure_generic_plans).
                 with leaseq.Client(dsn, schema=client.schema, generic_plans=True) as worker:
-                    rates[mode].append(_drain(worker, args.jobs))
+                    rates[mode].append(_drain(dsn, worker, args.jobs))
         print(f"round {r + 1}: " + ", ".join(f"{m} {rates[m][-1]:,.0f} jobs/s" for m in order))
     med = {m: statistics.median(v) for m, v in rates.items()}
     print(
