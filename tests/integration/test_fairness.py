@@ -279,6 +279,52 @@ def test_a_task_default_fairness_key_comes_from_the_payload(
     app.client.close()
 
 
+def test_a_fair_claims_generic_plan_reads_fair_keys_by_key_only(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    """The boundary: every vacuum or analyze makes a worker plan its claim again, from the
+    statistics of that moment. Joined to the claim's keys, the locks and updates of
+    fair_keys rows were planned at times as a hash join over a sequential scan of the
+    whole table, in every claim (a worker's drain over 10,000 keys fell to 0.7 of the
+    plain one until the next replan). Each is now a probe per key, so no estimate can make
+    a claim read the table: checked with nested loops priced out, which tipped those joins
+    to hashing the whole table (a per-key probe has no other plan)."""
+    client.enqueue_many([{"task": "t", "fairness_key": f"k{i % 10000}"} for i in range(20000)])
+    for _ in range(50):
+        client.complete_many(client.claim("default", worker="w", limit=10))
+    run_sql(dsn, "ANALYZE {s}.jobs", schema)
+    run_sql(dsn, "ANALYZE {s}.fair_keys", schema)
+    text, names = positional(client.queries["claim_fair_jobs"])
+    params = {"queue": "default", "owner": "w", "lease_seconds": 60.0, "limit": 10}
+    values = ", ".join(psycopg.sql.quote(params[n]) for n in names)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan; SET jit = off")
+        conn.execute("SET enable_nestloop = off")
+        conn.execute(f"PREPARE fair_claim AS {text}")
+        plan = "\n".join(
+            r[0] for r in conn.execute(f"EXPLAIN (COSTS OFF) EXECUTE fair_claim({values})")
+        )
+    assert "Seq Scan on fair_keys" not in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan
+
+
+def test_a_claim_locks_no_job_it_does_not_take(
+    client: leaseq.Client, dsn: str, schema: str
+) -> None:
+    """A claim of 10 over keys of one job each stops reading keys once it has its 10 (each
+    key's first job is at its key's virtual time): a concurrent claim, while the first is
+    still open, gets the other keys' jobs. It used to lock a job of every key it looked at
+    (its size and 8 more), and the concurrent claim got none of them."""
+    client.enqueue_many([{"task": "t", "fairness_key": f"k{i:02d}"} for i in range(18)])
+    with psycopg.connect(dsn) as conn:
+        first = client.claim("default", worker="a", limit=10, connection=conn)
+        second = client.claim("default", worker="b", limit=10)
+        conn.commit()
+    assert len(first) == 10
+    assert len(second) == 8
+    assert not {x.job_id for x in first} & {x.job_id for x in second}
+
+
 def test_a_claim_in_a_callers_transaction_takes_fair_jobs(
     client: leaseq.Client, dsn: str, schema: str
 ) -> None:
