@@ -308,23 +308,6 @@ def test_a_fair_claims_generic_plan_reads_fair_keys_by_key_only(
     assert "Seq Scan on jobs" not in plan, plan
 
 
-def test_a_claim_locks_no_job_it_does_not_take(
-    client: leaseq.Client, dsn: str, schema: str
-) -> None:
-    """A claim of 10 over keys of one job each stops reading keys once it has its 10 (each
-    key's first job is at its key's virtual time): a concurrent claim, while the first is
-    still open, gets the other keys' jobs. It used to lock a job of every key it looked at
-    (its size and 8 more), and the concurrent claim got none of them."""
-    client.enqueue_many([{"task": "t", "fairness_key": f"k{i:02d}"} for i in range(18)])
-    with psycopg.connect(dsn) as conn:
-        first = client.claim("default", worker="a", limit=10, connection=conn)
-        second = client.claim("default", worker="b", limit=10)
-        conn.commit()
-    assert len(first) == 10
-    assert len(second) == 8
-    assert not {x.job_id for x in first} & {x.job_id for x in second}
-
-
 def test_a_claim_in_a_callers_transaction_takes_fair_jobs(
     client: leaseq.Client, dsn: str, schema: str
 ) -> None:

@@ -41,7 +41,7 @@ SELECT {_queue_is_fair};
 -- first of them at most. Every other way a job becomes claimable unparks its key through
 -- the jobs_fair_ready trigger (version 29), in that statement's transaction.
 WITH {_wake_due}, k0 AS MATERIALIZED (
-  (SELECT f.fairness_key AS fkey, f.weight, f.pass, f.gen, f.park_step, f.active_at
+  (SELECT f.fairness_key AS fkey, f.weight, f.pass, f.gen, f.park_step
    FROM {schema}.fair_keys AS f
    WHERE f.queue_name = %(queue)s AND f.parked_until IS NULL
    ORDER BY f.pass NULLS FIRST
@@ -49,7 +49,7 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
   UNION ALL
   -- And two parked keys whose park ended, longest ended first: an idle key is probed
   -- again at a bounded rate, never in place of a key in turn.
-  (SELECT f.fairness_key, f.weight, f.pass, f.gen, f.park_step, f.active_at
+  (SELECT f.fairness_key, f.weight, f.pass, f.gen, f.park_step
    FROM {schema}.fair_keys AS f
    WHERE f.queue_name = %(queue)s AND f.parked_until <= now()
    ORDER BY f.parked_until
@@ -59,49 +59,35 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
          sum(k0.weight) AS w
   FROM k0
 ), kq AS MATERIALIZED (
-  -- ord: the keys in turn order, as heads orders their first jobs (a joining key first
-  -- among equal virtual times), then the key served longest ago.
-  SELECT q.*, row_number() OVER (ORDER BY q.ep, q.joining DESC, q.active_at, q.fkey) AS ord
-  FROM (
-    SELECT k0.fkey, k0.weight, k0.gen, k0.active_at,
-           CASE WHEN k0.pass IS NULL OR k0.park_step > 0
-                THEN greatest(coalesce(k0.pass, v.v0), v.v0) ELSE k0.pass END AS ep,
-           least(%(limit)s, ceil(%(limit)s * k0.weight / v.w))::integer AS share,
-           -- Joins (or comes back) at this claim's virtual time: no pass of its own yet.
-           k0.pass IS NULL OR k0.park_step > 0 AS joining
-    FROM k0 CROSS JOIN v
-  ) AS q
+  SELECT k0.fkey, k0.weight, k0.gen,
+         CASE WHEN k0.pass IS NULL OR k0.park_step > 0
+              THEN greatest(coalesce(k0.pass, v.v0), v.v0) ELSE k0.pass END AS ep,
+         least(%(limit)s, ceil(%(limit)s * k0.weight / v.w))::integer AS share,
+         -- Joins (or comes back) at this claim's virtual time: no pass of its own yet.
+         k0.pass IS NULL OR k0.park_step > 0 AS joining
+  FROM k0 CROSS JOIN v
 ), found AS MATERIALIZED (
-  -- Each key's next jobs (its share), keys in turn order, locked SKIP LOCKED. When every
-  -- share is one job and no limit applies, the first job of each key is at its key's
-  -- virtual time, so the claim is the first %(limit)s found in this order: the nested
-  -- loop stops there (its LIMIT), and no spare key's job is read or locked. Otherwise
-  -- every key in turn is probed and heads picks by virtual time.
-  SELECT kq.fkey, kq.ord, h.id, h.priority, h.available_at
-  FROM (SELECT * FROM kq ORDER BY kq.ord) AS kq CROSS JOIN LATERAL (
-    SELECT * FROM (
-      SELECT c.id, c.priority, c.available_at
-      FROM {schema}.jobs AS c
-      WHERE kq.fkey <> '' AND c.queue_name = %(queue)s AND c.fairness_key = kq.fkey
-        AND {_fair_claimable}
-      ORDER BY c.priority DESC, c.available_at, c.id
-      LIMIT kq.share
-      FOR UPDATE SKIP LOCKED
-    ) AS keyed
-    UNION ALL
-    SELECT * FROM (
-      SELECT c.id, c.priority, c.available_at
-      FROM {schema}.jobs AS c
-      WHERE kq.fkey = '' AND c.queue_name = %(queue)s AND c.fairness_key IS NULL
-        AND {_fair_claimable}
-      ORDER BY c.priority DESC, c.available_at, c.id
-      LIMIT kq.share
-      FOR UPDATE SKIP LOCKED
-    ) AS keyless
+  SELECT kq.fkey, h.id, h.priority, h.available_at
+  FROM kq CROSS JOIN LATERAL (
+    SELECT c.id, c.priority, c.available_at
+    FROM {schema}.jobs AS c
+    WHERE kq.fkey <> '' AND c.queue_name = %(queue)s AND c.fairness_key = kq.fkey
+      AND {_fair_claimable}
+    ORDER BY c.priority DESC, c.available_at, c.id
+    LIMIT kq.share
+    FOR UPDATE SKIP LOCKED
   ) AS h
-  ORDER BY kq.ord
-  LIMIT (SELECT CASE WHEN max(k.share) = 1 AND NOT {_limits_apply} THEN %(limit)s END
-         FROM kq AS k)
+  UNION ALL
+  SELECT kq.fkey, h.id, h.priority, h.available_at
+  FROM kq CROSS JOIN LATERAL (
+    SELECT c.id, c.priority, c.available_at
+    FROM {schema}.jobs AS c
+    WHERE kq.fkey = '' AND c.queue_name = %(queue)s AND c.fairness_key IS NULL
+      AND {_fair_claimable}
+    ORDER BY c.priority DESC, c.available_at, c.id
+    LIMIT kq.share
+    FOR UPDATE SKIP LOCKED
+  ) AS h
 ), heads AS MATERIALIZED (
   -- At equal virtual time a joining key's job comes first: it joins at this claim's
   -- virtual time and keeps no pass until it gets a job, so a key passed over on a tie
@@ -190,9 +176,6 @@ WITH {_wake_due}, k0 AS MATERIALIZED (
   ) AS x
   WHERE NOT EXISTS (SELECT 1 FROM found WHERE found.fkey = y.fkey)
     AND y.fkey NOT IN (SELECT coalesce(w.fairness_key, '') FROM woken AS w)
-    -- ...and probed: found stops at the claim's size, and the keys after its last one
-    -- were not looked at.
-    AND ((SELECT count(*) FROM found) < %(limit)s OR y.ord < (SELECT max(f.ord) FROM found AS f))
 ), parked AS (
   -- Parked until its next scheduled job at the latest (the first of its first 100 pending
   -- entries in claim order that is not due yet: exact within one priority).
