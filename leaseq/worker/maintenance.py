@@ -37,8 +37,10 @@ TICKER_BATCH = 100
 PRUNE_BATCH = 1000
 
 #: How often a worker looks at fair_keys' dead rows, and how many make it vacuum the table:
-#: a claim of a fair queue steps over ~1,000 dead pass entries in 7 index pages.
-FAIR_VACUUM_EVERY = 1.0
+#: a claim of a fair queue steps over ~1,000 dead pass entries in 7 index pages. Every half
+#: second: a worker's drain over 10,000 keys ran 2% faster than with every second (5,636
+#: against 5,522 jobs/s, 4 interleaved rounds), and no faster with every quarter.
+FAIR_VACUUM_EVERY = 0.5
 FAIR_VACUUM_DEAD = 1000
 
 
