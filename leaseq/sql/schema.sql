@@ -2623,13 +2623,15 @@ CREATE TABLE {schema}.fair_keys (
   -- (version 29) The last enqueue, wake-up or claim of the key: prune_fair_keys' idle test.
   active_at timestamptz NOT NULL DEFAULT now()
 )
--- (version 38) Autovacuum from 1,000 dead rows, unthrottled: each claim leaves the old pass
--- entries of its keys where the next claim's scan of fair_keys_pass_idx starts (the
--- workers vacuum it too: vacuum_fair_keys).
+-- (version 38) Autovacuum from 1,000 dead rows, unthrottled, never truncating (its lock
+-- would stop every fair claim): each claim leaves the old pass entries of its keys where
+-- the next claim's scan of fair_keys_pass_idx starts (the workers vacuum it too:
+-- vacuum_fair_keys).
 WITH (
   autovacuum_vacuum_cost_delay = 0,
   autovacuum_vacuum_scale_factor = 0,
-  autovacuum_vacuum_threshold = 1000
+  autovacuum_vacuum_threshold = 1000,
+  vacuum_truncate = false
 );
 
 -- The keys in turn (not parked) by pass, and the parked ones by the end of their park.

@@ -6,9 +6,12 @@
 -- vacuum removes them (40,000 jobs over 10,000 keys: 179 of the index's 244 pages). The
 -- workers vacuum the table themselves (vacuum_fair_keys, the worker's FairKeyVacuum); this
 -- is the backstop when none runs or may: autovacuum at 1,000 dead rows whatever the
--- table's size (a row per key: milliseconds) and without the cost throttle.
+-- table's size (a row per key: milliseconds) and without the cost throttle; and never
+-- truncating its empty last pages (that takes an ACCESS EXCLUSIVE lock every fair claim
+-- would queue behind, for pages the next claims fill again).
 ALTER TABLE {schema}.fair_keys SET (
   autovacuum_vacuum_cost_delay = 0,
   autovacuum_vacuum_scale_factor = 0,
-  autovacuum_vacuum_threshold = 1000
+  autovacuum_vacuum_threshold = 1000,
+  vacuum_truncate = false
 );

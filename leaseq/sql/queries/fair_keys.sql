@@ -110,5 +110,7 @@ SELECT coalesce((SELECT s.n_dead_tup FROM pg_stat_user_tables AS s
 -- fair_keys_pass_idx, exactly where the next claim's scan starts; every claim steps over
 -- all of them until a vacuum removes them (autovacuum comes once a minute at best: 300,000
 -- entries at 5,000 jobs/s). The table holds a row per key, so this is milliseconds.
--- SKIP_LOCKED: never waits for another worker's vacuum of it. Outside a transaction.
-VACUUM (SKIP_LOCKED, PARALLEL 0) {schema}.fair_keys;
+-- SKIP_LOCKED: never waits for another worker's vacuum of it. TRUNCATE false: giving back
+-- the table's empty last pages takes an ACCESS EXCLUSIVE lock that every claim of a fair
+-- queue would queue behind, for pages the next claims fill again. Outside a transaction.
+VACUUM (SKIP_LOCKED, PARALLEL 0, TRUNCATE false) {schema}.fair_keys;
