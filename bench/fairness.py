@@ -13,7 +13,7 @@ Drain: two schemas per round, filled the same way (``--jobs`` no-op jobs, untime
 with every job under one of ``--keys`` fairness keys (round robin), one without keys; each
 drained by one client claiming 10 at a time (``claim`` + ``complete_many``, the work of a
 worker at concurrency 10 without the handler), configured as a worker's (generic plans),
-with the worker's vacuum of ``fair_keys`` once a second (``vacuum_fair_keys``).
+with the worker's vacuum of ``fair_keys`` every half second (``vacuum_fair_keys``).
 Rounds alternate the order of the two modes. Prints jobs/s per mode per round, the
 medians and the ratio fair / plain (target >= 0.85).
 
@@ -68,7 +68,7 @@ def _fill(dsn: str, client: leaseq.Client, jobs: int, keys: int) -> None:
 
 
 def _drain(dsn: str, client: leaseq.Client, jobs: int) -> float:
-    """Claims of 10 and their completions, and once a second what a worker's FairKeyVacuum
+    """Claims of 10 and their completions, and every half second what a worker's FairKeyVacuum
     does (on a connection of its own, as the worker's): timed together."""
     done = 0
     with connect(dsn) as own:
