@@ -20,7 +20,7 @@ from leaseq.metrics import WorkerMetrics
 from leaseq.worker.inflight import WorkerEvents, WorkerStats
 from leaseq.worker.maintenance import FAIR_VACUUM_DEAD, FairKeyVacuum
 from leaseq.worker.outage import Outage
-from tests.support.helpers import rows
+from tests.support.helpers import rows, run_sql
 
 KEYS = 300
 
@@ -28,7 +28,9 @@ KEYS = 300
 def _fill_and_claim(dsn: str, schema: str, claims: int) -> None:
     """Jobs of KEYS keys, then ``claims`` claims of 10, completed, on a client of their own:
     closing it ends its sessions, which flushes their statistics (a session left open
-    flushes them only when it has been idle a while)."""
+    flushes them only when it has been idle a while). Autovacuum is kept off this schema's
+    fair_keys first, so that only the vacuums under test run."""
+    run_sql(dsn, "ALTER TABLE {s}.fair_keys SET (autovacuum_enabled = false)", schema)
     with leaseq.Client(dsn, schema=schema) as own:
         own.enqueue_many(
             [{"task": "t", "fairness_key": f"k{i % KEYS:03d}"} for i in range(KEYS * 8)]
@@ -59,6 +61,25 @@ def _wait_dead(dsn: str, schema: str, at_least: int) -> int:
     return n
 
 
+def _vacuums(dsn: str, schema: str) -> int:
+    ((n,),) = rows(
+        dsn,
+        "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = '{s}.fair_keys'::regclass",
+        schema,
+    )
+    return int(n)
+
+
+def _until_removed(client: leaseq.Client, dsn: str, schema: str) -> None:
+    """Vacuum again while dead rows remain: a snapshot another session (another test) holds
+    open keeps them for a moment, and a vacuum counts them as dead but not yet removable."""
+    deadline = time.monotonic() + 60
+    while _dead(dsn, schema):
+        assert time.monotonic() < deadline, f"{_dead(dsn, schema)} dead rows stay"
+        time.sleep(0.2)
+        client.vacuum_fair_keys(min_dead=1)
+
+
 def _turn_scan_buffers(dsn: str, schema: str) -> int:
     """Buffers the claim's scan of the keys in turn (k0's first branch) reads for its
     first 18 keys: the dead entries of earlier passes before them included."""
@@ -80,12 +101,12 @@ def test_a_vacuum_removes_the_dead_pass_entries_the_claims_step_over(
     _turn_scan_buffers(dsn, schema)  # marks the dead entries it meets (kill bits)
     before = _turn_scan_buffers(dsn, schema)
     assert client.vacuum_fair_keys(min_dead=FAIR_VACUUM_DEAD)
+    _until_removed(client, dsn, schema)
     after = _turn_scan_buffers(dsn, schema)
     # 1,500 dead entries fill several leaf pages; after the vacuum the scan reads the
     # root, one leaf and the heap pages of its 18 rows.
     assert before - after >= 5, (before, after)
     assert after <= 5, after
-    assert _dead(dsn, schema) == 0
     assert not client.vacuum_fair_keys(min_dead=FAIR_VACUUM_DEAD)
     # The rotation goes on where it was: the next claim takes one job from each of ten keys.
     leases = client.claim("default", worker="w", limit=10)
@@ -154,5 +175,6 @@ def test_the_worker_service_vacuums_and_counts_on_a_connection_of_its_own(
     assert asyncio.run(serve(0)) == {"in_use": 0, "idle": 0, "waiting": 0}
     _fill_and_claim(dsn, schema, 150)
     _wait_dead(dsn, schema, FAIR_VACUUM_DEAD)
+    assert _vacuums(dsn, schema) == 0
     assert asyncio.run(serve(1)) == {"in_use": 0, "idle": 0, "waiting": 0}
-    assert _dead(dsn, schema) == 0
+    assert _vacuums(dsn, schema) == 1  # the server's count: the vacuum it asked for
