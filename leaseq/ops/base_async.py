@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -305,6 +306,12 @@ class AsyncClientBase:
                 rows += await self._rows(name, batch, conn)
             await self._promote_keys(conn, locked)
         return rows
+
+    def claims_fair_queues(self) -> bool:
+        """Has this client claimed a fair queue lately (claim_fair_jobs, for the while
+        claim_jobs' answer holds)? The worker's vacuum of fair_keys looks only then."""
+        now = time.monotonic()
+        return any(until > now for until in self._fair_until.values())
 
     def pool_stats(self) -> dict[str, int]:
         """Connections of the pool: in_use, idle, and requests waiting for one."""

@@ -69,7 +69,7 @@ class AsyncFairOps(AsyncClientBase):
         server's warning and nothing is vacuumed (autovacuum still is)."""
         floor = validate.check_int("min_dead", min_dead, 0, 2**62)
         ((dead,),) = await self._rows("fair_keys_dead", None, connection)
-        if dead < floor or dead == 0:
+        if dead < max(floor, 1):
             return False
         await self._rows("vacuum_fair_keys", None, connection)
         return True

@@ -222,8 +222,9 @@ class FairKeyPruner(PeriodicService):
 
 class FairKeyVacuum(PeriodicService):
     """Vacuums ``fair_keys`` once it holds ``FAIR_VACUUM_DEAD`` dead row versions, looked at
-    every ``FAIR_VACUUM_EVERY`` seconds (one read of the table's statistics; nothing more
-    while no fair queue is claimed). Each claim of a fair queue leaves the old pass entries
+    every ``FAIR_VACUUM_EVERY`` seconds (one read of the table's statistics) while this
+    worker claims a fair queue; a worker of plain queues does nothing and holds no
+    connection for it. Each claim of a fair queue leaves the old pass entries
     of the keys it took from at the low end of fair_keys_pass_idx, where the next claim's
     scan starts, so the claim slows with every one until a vacuum; autovacuum's minute is
     far too long for that (leaseq_fair_keys_vacuums_total).
@@ -249,6 +250,11 @@ class FairKeyVacuum(PeriodicService):
             await self._drop()
 
     async def tick(self) -> None:
+        if not self.client.claims_fair_queues():
+            # A worker of plain queues holds no connection for this and asks nothing (the
+            # workers that claim the fair queues vacuum them; autovacuum backs them up).
+            await self._drop()
+            return
         try:
             async with asyncio.timeout(self.timeout):
                 if self._conn is None or self._conn.closed:

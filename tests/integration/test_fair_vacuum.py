@@ -157,9 +157,14 @@ def test_the_worker_service_vacuums_and_counts_on_a_connection_of_its_own(
     def vacuums() -> float | None:
         return metrics.registry.get_sample_value("leaseq_fair_keys_vacuums_total")
 
-    async def serve(until: float) -> dict[str, int]:
-        """Run the service for two looks at least, until it has vacuumed ``until`` times."""
+    async def serve(claim_fair: bool, until: float) -> tuple[int, int]:
+        """Run the service for two looks at least, until it has vacuumed ``until`` times,
+        in a worker whose client has (or has not) claimed the fair queue. Returns the
+        pool's connections before and after the service ran."""
         async with leaseq.AsyncClient(dsn, schema=schema) as aclient:
+            if claim_fair:
+                await aclient.complete_many(await aclient.claim("default", worker="w"))
+            before = sum(aclient.pool_stats().values())
             task = asyncio.create_task(FairKeyVacuum(aclient, Outage(), events, timeout=30).run())
             started = time.monotonic()
             while vacuums() != until or time.monotonic() < started + 2:
@@ -168,13 +173,16 @@ def test_the_worker_service_vacuums_and_counts_on_a_connection_of_its_own(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            return aclient.pool_stats()
+            return before, sum(aclient.pool_stats().values())
 
-    # No fair queue yet: nothing to do. The pool is never opened: the service looks and
-    # vacuums on a connection of its own.
-    assert asyncio.run(serve(0)) == {"in_use": 0, "idle": 0, "waiting": 0}
     _fill_and_claim(dsn, schema, 150)
     _wait_dead(dsn, schema, FAIR_VACUUM_DEAD)
+    # A worker of plain queues asks nothing, however many dead rows there are: the pool is
+    # never opened.
+    assert asyncio.run(serve(False, 0)) == (0, 0)
     assert _vacuums(dsn, schema) == 0
-    assert asyncio.run(serve(1)) == {"in_use": 0, "idle": 0, "waiting": 0}
+    # A worker that claims the fair queue vacuums it, on a connection of its own (the
+    # pool keeps the one connection its claim opened).
+    before, after = asyncio.run(serve(True, 1))
+    assert after == before
     assert _vacuums(dsn, schema) == 1  # the server's count: the vacuum it asked for
