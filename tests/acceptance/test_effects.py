@@ -20,7 +20,7 @@ from psycopg import sql
 import leaseq
 from leaseq import JobStatus
 from leaseq.params import default_idempotency_key
-from tests.support.helpers import expire_lease, make_available, rows, run_sql
+from tests.support.helpers import expire_lease, make_available, rows, run_sql, worker_sessions_gone
 from tests.support.procs import WorkerProcess, wait_for
 
 EFFECTS_APP = "tests.support.apps.effects:app"
@@ -101,6 +101,7 @@ def _kill_mid_call_then_recover(
         wait_for(marker.exists, 30, "the first attempt to make its call")
         a.signal(signal.SIGKILL)  # after the call, before anything recorded it
         a.wait(10)
+        wait_for(lambda: worker_sessions_gone(dsn, schema), 30, "its sessions to end")
     expire_lease(dsn, schema, job_id)
     with WorkerProcess(
         dsn,

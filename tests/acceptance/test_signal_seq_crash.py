@@ -13,7 +13,7 @@ import pytest
 
 import leaseq
 from leaseq import JobStatus
-from tests.support.helpers import expire_lease, rows, run_sql
+from tests.support.helpers import expire_lease, rows, run_sql, worker_sessions_gone
 from tests.support.procs import WorkerProcess, stopped, wait_for
 
 APP = "tests.support.apps.waits:app"
@@ -44,6 +44,7 @@ def test_two_waits_for_one_name_take_one_delivery_each_across_a_crash_or_a_pause
         if how == "kill":
             a.signal(signal.SIGKILL)
             a.wait(10)
+            wait_for(lambda: worker_sessions_gone(dsn, schema), 30, "its sessions to end")
             expire_lease(dsn, schema, job_id)
         else:
             a.signal(signal.SIGSTOP)

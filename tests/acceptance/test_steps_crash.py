@@ -15,7 +15,7 @@ import pytest
 
 import leaseq
 from leaseq import JobStatus
-from tests.support.helpers import expire_lease, rows, run_sql
+from tests.support.helpers import expire_lease, rows, run_sql, worker_sessions_gone
 from tests.support.procs import WorkerProcess, stopped, wait_for
 
 APP = "tests.support.apps.steps:app"
@@ -56,6 +56,7 @@ def test_steps_survive_a_crash_or_a_pause_past_the_lease_at_each_boundary(
         if how == "kill":
             a.signal(signal.SIGKILL)
             a.wait(10)
+            wait_for(lambda: worker_sessions_gone(dsn, schema), 30, "its sessions to end")
             expire_lease(dsn, schema, job_id)
         else:
             a.signal(signal.SIGSTOP)
@@ -118,6 +119,7 @@ def test_steps_without_a_transaction_recorded_in_shared_writes_survive_a_crash_o
         if how == "kill":
             a.signal(signal.SIGKILL)
             a.wait(10)
+            wait_for(lambda: worker_sessions_gone(dsn, schema), 30, "its sessions to end")
             expire_lease(dsn, schema, job_id)
             run_sql(
                 dsn, "UPDATE {s}.jobs SET lease_expires_at = now() WHERE status = 'running'", schema

@@ -21,7 +21,7 @@ from psycopg import sql
 
 import leaseq
 from leaseq import JobStatus
-from tests.support.helpers import expire_lease, rows, run_sql
+from tests.support.helpers import expire_lease, rows, run_sql, worker_sessions_gone
 from tests.support.procs import WorkerProcess, stopped, wait_for
 
 APP = "tests.support.apps.waits:app"
@@ -112,7 +112,8 @@ def test_kill_9_in_the_suspension_or_right_after_it_never_ends_the_sleep_early(
             wait_for(lambda: _waiting_on_a_lock(dsn, SUSPEND_FENCE, schema), 30, "the suspension")
             a.signal(signal.SIGKILL)
             a.wait(10)
-            lock.release()
+            lock.release()  # its session, waiting on the lock, now finds the client gone
+            wait_for(lambda: worker_sessions_gone(dsn, schema), 30, "its sessions to end")
             job = client.get_job(job_id)
             assert job is not None and job.status is JobStatus.RUNNING, "nothing committed"
             expire_lease(dsn, schema, job_id)
@@ -125,6 +126,7 @@ def test_kill_9_in_the_suspension_or_right_after_it_never_ends_the_sleep_early(
             )
             a.signal(signal.SIGKILL)
             a.wait(10)
+            wait_for(lambda: worker_sessions_gone(dsn, schema), 30, "its sessions to end")
     finally:
         a.kill()
     _run_to_the_end(dsn, schema, tmp_path)
@@ -234,6 +236,7 @@ def test_kill_9_after_the_spawn_never_spawns_the_children_twice(
         wait_for((work / "at").exists, 60, "the parent to spawn its children")
         a.signal(signal.SIGKILL)
         a.wait(10)
+        wait_for(lambda: worker_sessions_gone(dsn, schema), 30, "its sessions to end")
     expire_lease(dsn, schema, parent)
     _run_to_the_end(dsn, schema, tmp_path)
     assert client.result(parent, timeout=5) == 60

@@ -8,6 +8,21 @@ import psycopg
 from psycopg import sql
 
 
+def worker_sessions_gone(dsn: str, schema: str) -> bool:
+    """No worker session on this schema is left on the server. After ``kill -9`` the process
+    is gone at once, but a statement it had sent (a claim, a lease renewal, a completion)
+    still runs to its commit: a test that moves leases before then can see its change
+    overwritten (a late claim leaves a fresh 60-second lease behind the test's back)."""
+    ((n,),) = rows(
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'leaseq-%%' "
+        "AND query LIKE %s AND pid <> pg_backend_pid()",
+        schema,
+        f"%{schema}%",
+    )
+    return int(n) == 0
+
+
 def expire_lease(dsn: str, schema: str, job_id: int, seconds_ago: float = 1.0) -> None:
     """Make a lease look expired by moving its expiry into the past (database clock)."""
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -53,7 +53,15 @@ class WorkerProcess:
         self.proc.send_signal(sig)
 
     def wait(self, timeout: float) -> int:
-        return self.proc.wait(timeout)
+        """Its exit code; past ``timeout``, a failure that shows what it printed (a worker
+        that never finishes is a finding, and its log is the evidence)."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"the worker did not exit within {timeout} s; its output (the end):\n"
+                + self.output()[-6000:]
+            ) from None
 
     def output(self) -> str:
         if not self._log.closed:
